@@ -1,0 +1,44 @@
+"""The package's exceptions, in one tree.
+
+Everything raised on purpose derives from :class:`OutboxError`, so an
+application can catch the package's failures in one clause.  Configuration
+mistakes are also :class:`~django.core.exceptions.ImproperlyConfigured` and
+bad input is also :class:`ValueError`, so the usual Django and Python idioms
+keep working.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+class OutboxError(Exception):
+    """Base class of every error django_outbox raises on purpose."""
+
+
+class OutboxConfigurationError(OutboxError, ImproperlyConfigured):
+    """A setting is missing or has a value the package cannot use."""
+
+
+class InvalidSend(OutboxError, ValueError):
+    """``outbox.send`` was given input it refuses; nothing was written."""
+
+
+class InvalidInbox(InvalidSend):
+    """An inbox is not an absolute http(s) URL without credentials or fragment."""
+
+
+class InvalidActivity(InvalidSend):
+    """The activity is not a JSON object, or cannot be serialised to JSON."""
+
+
+class BodyTooLarge(InvalidSend):
+    """The serialised activity is larger than ``OUTBOX_MAX_BODY_BYTES``."""
+
+
+class UnknownSender(InvalidSend):
+    """The key resolver has no signing key for the actor."""
+
+
+class InvalidBatch(InvalidSend):
+    """A :class:`~django_outbox.Batch` option has a value that cannot be used."""
