@@ -1,0 +1,110 @@
+"""Read-only admin pages: deliveries with their state and last error, and messages.
+
+Nothing can be edited by hand; the actions call the package's own
+:meth:`~django_outbox.api.Outbox.requeue` and :meth:`~django_outbox.api.Outbox.give_up`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest
+
+from django_outbox.api import outbox
+from django_outbox.models import Delivery, DeliveryState, Message
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """An admin that shows rows and never adds, changes or deletes them by hand."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Delivery)
+class DeliveryAdmin(ReadOnlyAdmin):
+    """Every delivery, filterable by state, lane, host and batch tag."""
+
+    list_display = (
+        "id",
+        "inbox",
+        "state",
+        "lane",
+        "attempts",
+        "last_status",
+        "short_error",
+        "next_attempt_at",
+        "batch_tag",
+    )
+    list_filter = ("state", "lane", "deadline_reached", "message__tag")
+    search_fields = ("inbox", "host", "message__tag", "last_error")
+    list_select_related = ("message",)
+    actions = ("requeue", "give_up")
+    show_full_result_count = False
+
+    @admin.display(description="batch tag", ordering="message__tag")
+    def batch_tag(self, obj: Delivery) -> str:
+        return obj.message.tag
+
+    @admin.display(description="last error")
+    def short_error(self, obj: Delivery) -> str:
+        return obj.last_error[:80]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
+        return super().get_queryset(request).defer("message__body", "message__pending_inboxes")
+
+    @admin.action(description="Requeue the selected deliveries", permissions=["view"])
+    def requeue(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
+        count = outbox.requeue(queryset)
+        self.message_user(request, f"Requeued {count} deliveries.", messages.SUCCESS)
+
+    @admin.action(description="Give up on the selected deliveries", permissions=["view"])
+    def give_up(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
+        count = outbox.give_up(queryset, reason=f"given up by {request.user} in the admin")
+        self.message_user(request, f"Gave up on {count} deliveries.", messages.SUCCESS)
+
+
+@admin.register(Message)
+class MessageAdmin(ReadOnlyAdmin):
+    """Each activity sent, with its batch's progress."""
+
+    list_display = ("id", "activity_type", "sender", "tag", "lane", "inbox_count", "progress")
+    list_filter = ("lane", "activity_type")
+    search_fields = ("sender", "tag")
+    exclude = ("body", "pending_inboxes")
+    readonly_fields = ("body_text",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
+        live = Q(
+            deliveries__state__in=(
+                DeliveryState.QUEUED,
+                DeliveryState.SENDING,
+                DeliveryState.WAITING,
+            )
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .defer("body", "pending_inboxes")
+            .annotate(
+                live=Count("deliveries", filter=live),
+                delivered=Count("deliveries", filter=Q(deliveries__state=DeliveryState.DELIVERED)),
+                failed=Count("deliveries", filter=Q(deliveries__state=DeliveryState.FAILED)),
+            )
+        )
+
+    @admin.display(description="progress")
+    def progress(self, obj: Any) -> str:
+        return f"{obj.delivered} delivered, {obj.failed} failed, {obj.live} in progress"
+
+    @admin.display(description="body")
+    def body_text(self, obj: Message) -> str:
+        return bytes(obj.body).decode(errors="replace")

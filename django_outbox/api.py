@@ -1,0 +1,131 @@
+"""The public entry points: :data:`outbox` and its methods.
+
+``outbox.send`` checks everything first and raises a typed error writing
+nothing; then it writes the rows in the caller's transaction and hands them
+to Celery only once that transaction commits.  A rolled-back view sends
+nothing; a committed one is never lost, because the sweeper dispatches
+whatever the broker did not get.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from django_outbox.batch import Batch
+from django_outbox.conf import conf
+from django_outbox.exceptions import UnknownSender
+from django_outbox.fanout import choose_lane, create_deliveries
+from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Message
+from django_outbox.validation import activity_type, actor_id, clean_inboxes, serialise_activity
+
+
+class Outbox:
+    """Queues activities for delivery and manages deliveries already queued."""
+
+    def send(
+        self,
+        actor: object,
+        activity: Mapping[str, Any],
+        inboxes: Iterable[str],
+        *,
+        batch: Batch | None = None,
+        content_type: str = "application/activity+json",
+    ) -> Message | None:
+        """Queue ``activity``, signed as ``actor``, for each inbox once.
+
+        Runs inside the caller's transaction: nothing is published to Celery
+        until it commits.  Returns the stored message, or ``None`` when
+        ``inboxes`` is empty.  Raises a subclass of
+        :class:`~django_outbox.exceptions.InvalidSend` for bad input, having
+        written nothing.
+        """
+        batch = batch or Batch()
+        sender = actor_id(actor)
+        body = serialise_activity(activity, conf.MAX_BODY_BYTES)
+        targets = clean_inboxes(inboxes)
+        if conf.KEY_RESOLVER(sender) is None:
+            raise UnknownSender(f"the key resolver has no key for {sender!r}")
+        if not targets:
+            return None
+        max_attempts = min(batch.max_attempts or conf.MAX_ATTEMPTS, conf.MAX_ATTEMPTS)
+        inline = len(targets) <= conf.INLINE_FANOUT
+        with transaction.atomic():
+            message = Message.objects.create(
+                sender=sender,
+                body=body,
+                body_sha256=hashlib.sha256(body).digest(),
+                content_type=content_type,
+                activity_type=activity_type(activity),
+                tag=batch.tag or "",
+                deadline=batch.deadline,
+                ordering_key=batch.ordering_key or "",
+                lane=choose_lane(len(targets), batch.low_priority),
+                synchronize_collection=batch.synchronize_collection,
+                max_attempts=max_attempts,
+                inbox_count=len(targets),
+                pending_inboxes="" if inline else "\n".join(targets),
+            )
+            if inline:
+                ids = create_deliveries(message, targets)
+                transaction.on_commit(partial(_publish, ids), robust=True)
+            else:
+                transaction.on_commit(partial(_expand, message.pk, message.lane), robust=True)
+        return message
+
+    def requeue(self, deliveries: QuerySet[Delivery]) -> int:
+        """Queue the given final or stuck deliveries again with a fresh attempt budget.
+
+        Returns how many were requeued.  Deliveries in flight are left alone.
+        """
+        now = timezone.now()
+        rows = list(
+            deliveries.exclude(state=DeliveryState.SENDING).values_list("id", "lane", "state")
+        )
+        ids = [row[0] for row in rows]
+        Delivery.objects.filter(id__in=ids).exclude(state=DeliveryState.SENDING).update(
+            state=DeliveryState.QUEUED,
+            attempts=0,
+            next_attempt_at=now,
+            dispatched_at=now,
+            deadline_reached=False,
+            finished_at=None,
+            claimed_by="",
+            lease_until=None,
+        )
+        by_lane: dict[str, list[int]] = {}
+        for delivery_id, lane, _state in rows:
+            by_lane.setdefault(lane, []).append(delivery_id)
+        transaction.on_commit(partial(_publish, by_lane), robust=True)
+        return len(ids)
+
+    def give_up(self, deliveries: QuerySet[Delivery], reason: str = "given up by hand") -> int:
+        """Mark the given live deliveries failed now; returns how many changed.
+
+        ``delivery_failed`` is sent for each, as for any other failure.
+        """
+        from django_outbox.recorder import give_up_rows
+
+        ids = list(deliveries.filter(state__in=LIVE_STATES).values_list("id", flat=True))
+        return give_up_rows(ids, reason)
+
+
+def _publish(ids: dict[str, list[int]]) -> None:
+    from django_outbox.dispatch import publish
+
+    publish(ids)
+
+
+def _expand(message_id: int, lane: str) -> None:
+    from django_outbox.tasks import expand
+
+    expand.apply_async((message_id,), queue=lane)
+
+
+outbox = Outbox()

@@ -1,0 +1,16 @@
+"""The Django app configuration: registers the system checks."""
+
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class OutboxConfig(AppConfig):
+    """django_outbox's app config."""
+
+    name = "django_outbox"
+    verbose_name = "Outbox"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django_outbox import checks  # noqa: F401 - registers the checks

@@ -1,0 +1,70 @@
+"""When a failed delivery is tried next, or whether it is given up.
+
+The schedule: ``OUTBOX_RETRY_BASE`` seconds (30) before the second attempt,
+doubling after each, capped at ``OUTBOX_RETRY_CAP`` (8 h), each wait up to a
+quarter shorter at random so that a server's retries spread out.  With the
+default 16 attempts the last is made 36 to 49 hours after the first, close to
+Mastodon's two days.  A ``Retry-After`` (capped at ``OUTBOX_RETRY_AFTER_CAP``)
+or an open circuit breaker lengthens the wait when ``OUTBOX_WAIT_AS_ASKED``
+is on, and no retry is scheduled past the batch's deadline.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django_outbox.conf import conf
+
+
+def schedule_delay(attempts: int) -> float:
+    """Seconds to wait after the ``attempts``-th attempt failed, before jitter."""
+    exponent = min(max(attempts - 1, 0), 40)
+    return float(min(conf.RETRY_BASE * (2**exponent), conf.RETRY_CAP))
+
+
+def jittered(delay: float) -> float:
+    """``delay`` made up to a quarter shorter at random (never zero for a positive delay)."""
+    return delay * (1.0 - random.random() / 4)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Either a time to try again at, or why the delivery is given up."""
+
+    retry_at: datetime | None
+    give_up: str = ""
+    deadline: bool = False
+
+
+def next_attempt(
+    *,
+    now: datetime,
+    attempts: int,
+    max_attempts: int,
+    deadline: datetime | None,
+    asked: float | None = None,
+) -> Decision:
+    """Decide what follows the ``attempts``-th failed attempt.
+
+    ``asked`` is the wait a ``Retry-After`` header asked for, in seconds.
+    """
+    if attempts >= max_attempts:
+        return Decision(None, f"gave up after {attempts} attempts")
+    delay = jittered(schedule_delay(attempts))
+    if asked is not None and conf.WAIT_AS_ASKED:
+        delay = max(delay, min(asked, conf.RETRY_AFTER_CAP))
+    retry_at = now + timedelta(seconds=delay)
+    if deadline is not None and retry_at >= deadline:
+        return Decision(None, "the batch's deadline passed before the next attempt", True)
+    return Decision(retry_at)
+
+
+def held_until(now: datetime, hold: float, deadline: datetime | None) -> Decision:
+    """When a delivery an open breaker held is tried again (no attempt spent)."""
+    wait = hold if conf.WAIT_AS_ASKED else min(hold, conf.RETRY_BASE)
+    retry_at = now + timedelta(seconds=max(wait, 0.05))
+    if deadline is not None and retry_at >= deadline:
+        return Decision(None, "the batch's deadline passed while the host's breaker was open", True)
+    return Decision(retry_at)

@@ -1,0 +1,97 @@
+"""System checks for settings that would make delivery fail or misbehave."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from django_outbox.addresses import parse_networks
+from django_outbox.conf import conf
+from django_outbox.exceptions import OutboxConfigurationError
+from django_outbox.signing import Scheme
+
+_POSITIVE = (
+    "MAX_BODY_BYTES",
+    "CHUNK_SIZE",
+    "MAX_ATTEMPTS",
+    "CONCURRENCY",
+    "PER_HOST",
+    "LEASE_SECONDS",
+    "TOTAL_TIMEOUT",
+    "CONNECT_TIMEOUT",
+)
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Check every ``OUTBOX_*`` setting that can be checked without a network."""
+    errors: list[CheckMessage] = []
+    try:
+        conf.KEY_RESOLVER  # noqa: B018 - resolving it is the check
+    except OutboxConfigurationError as error:
+        errors.append(Error(str(error), id="django_outbox.E001"))
+    if conf.FIRST_SCHEME not in {s.value for s in Scheme}:
+        errors.append(
+            Error(
+                f"OUTBOX_FIRST_SCHEME is {conf.FIRST_SCHEME!r}.",
+                hint=f"Use one of {sorted(s.value for s in Scheme)}.",
+                id="django_outbox.E002",
+            )
+        )
+    if conf.BREAKER_SCOPE not in ("host", "inbox"):
+        errors.append(
+            Error("OUTBOX_BREAKER_SCOPE must be 'host' or 'inbox'.", id="django_outbox.E003")
+        )
+    try:
+        parse_networks(conf.ALLOWED_NETWORKS)
+    except ValueError as error:
+        errors.append(Error(f"OUTBOX_ALLOWED_NETWORKS: {error}", id="django_outbox.E004"))
+    errors.extend(_check_caches())
+    for name in _POSITIVE:
+        try:
+            value = getattr(conf, name)
+        except (TypeError, ValueError):
+            value = 0
+        if value <= 0:
+            errors.append(
+                Error(f"OUTBOX_{name} must be a positive number.", id="django_outbox.E006")
+            )
+    engine = settings.DATABASES.get("default", {}).get("ENGINE", "")
+    if not settings.DEBUG and engine.endswith("sqlite3"):
+        errors.append(
+            Warning(
+                "django_outbox is running on SQLite with DEBUG off.",
+                hint="SQLite serialises every write; several workers will wait on each other. "
+                "Use PostgreSQL in production.",
+                id="django_outbox.W002",
+            )
+        )
+    return errors
+
+
+def _check_caches() -> list[CheckMessage]:
+    alias = conf.BREAKER_CACHE
+    caches = getattr(settings, "CACHES", {})
+    if alias is None:
+        if settings.DEBUG:
+            return []
+        return [
+            Warning(
+                "Circuit breakers are kept in each worker process's memory.",
+                hint="Set OUTBOX_BREAKER_CACHE to a django-redis cache alias so that every "
+                "worker shares them.",
+                id="django_outbox.W001",
+            )
+        ]
+    backend = caches.get(alias, {}).get("BACKEND", "")
+    if backend != "django_redis.cache.RedisCache":
+        return [
+            Error(
+                f"OUTBOX_BREAKER_CACHE names {alias!r}, which is not a django-redis cache.",
+                hint="Point it at a CACHES entry with BACKEND 'django_redis.cache.RedisCache'.",
+                id="django_outbox.E005",
+            )
+        ]
+    return []

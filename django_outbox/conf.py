@@ -1,0 +1,219 @@
+"""Settings, read lazily so that ``override_settings`` takes effect at once.
+
+Every setting is a plain ``OUTBOX_*`` name in the project's settings module;
+:data:`conf` exposes each as a typed property with its default.  Nothing is
+read at import time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from django_outbox.exceptions import OutboxConfigurationError
+
+MiB = 1 << 20
+
+
+def _get(name: str, default: Any) -> Any:
+    return getattr(settings, name, default)
+
+
+def _callable(name: str, default: str | None) -> Callable[..., Any] | None:
+    value = _get(name, default)
+    if value is None or callable(value):
+        return value  # type: ignore[no-any-return]
+    if not isinstance(value, str):
+        raise OutboxConfigurationError(f"{name} must be a dotted path or a callable.")
+    try:
+        imported = import_string(value)
+    except ImportError as error:
+        raise OutboxConfigurationError(f"{name}: cannot import {value!r}: {error}") from error
+    return imported  # type: ignore[no-any-return]
+
+
+class Settings:
+    """The package's settings; see ``docs/configuration.md`` for each one."""
+
+    @property
+    def KEY_RESOLVER(self) -> Callable[..., Any]:
+        """Dotted path to the application's key resolver (required)."""
+        resolver = _callable("OUTBOX_KEY_RESOLVER", None)
+        if resolver is None:
+            raise OutboxConfigurationError(
+                "OUTBOX_KEY_RESOLVER is not set: name the callable that returns a "
+                "django_outbox.keys.SenderKey for an actor."
+            )
+        return resolver
+
+    @property
+    def MAX_BODY_BYTES(self) -> int:
+        """Largest serialised activity ``send`` accepts."""
+        return int(_get("OUTBOX_MAX_BODY_BYTES", MiB))
+
+    @property
+    def PRIORITY_MAX_INBOXES(self) -> int:
+        """A send to at most this many inboxes goes to the priority lane."""
+        return int(_get("OUTBOX_PRIORITY_MAX_INBOXES", 5))
+
+    @property
+    def LOW_LANE(self) -> bool:
+        """Whether ``Batch(low_priority=True)`` uses the ``outbox.low`` queue."""
+        return bool(_get("OUTBOX_LOW_LANE", False))
+
+    @property
+    def INLINE_FANOUT(self) -> int:
+        """Up to this many inboxes, ``send`` writes delivery rows itself."""
+        return int(_get("OUTBOX_INLINE_FANOUT", 500))
+
+    @property
+    def CHUNK_SIZE(self) -> int:
+        """Deliveries carried by one Celery message."""
+        return int(_get("OUTBOX_CHUNK_SIZE", 50))
+
+    @property
+    def FIRST_SCHEME(self) -> str:
+        """Signature scheme tried first with a host that has accepted none yet."""
+        return str(_get("OUTBOX_FIRST_SCHEME", "draft-cavage"))
+
+    @property
+    def MAX_ATTEMPTS(self) -> int:
+        """Attempts per delivery unless a batch asks for fewer."""
+        return int(_get("OUTBOX_MAX_ATTEMPTS", 16))
+
+    @property
+    def RETRY_BASE(self) -> float:
+        """Seconds before the first retry; the delay doubles after each attempt."""
+        return float(_get("OUTBOX_RETRY_BASE", 30.0))
+
+    @property
+    def RETRY_CAP(self) -> float:
+        """Longest wait between two attempts, in seconds."""
+        return float(_get("OUTBOX_RETRY_CAP", 8 * 3600.0))
+
+    @property
+    def RETRY_AFTER_CAP(self) -> float:
+        """Longest ``Retry-After`` that is honoured, in seconds."""
+        return float(_get("OUTBOX_RETRY_AFTER_CAP", 24 * 3600.0))
+
+    @property
+    def WAIT_AS_ASKED(self) -> bool:
+        """Wait at least as long as ``Retry-After`` or an open breaker asks."""
+        return bool(_get("OUTBOX_WAIT_AS_ASKED", True))
+
+    @property
+    def COUNTDOWN_LIMIT(self) -> float:
+        """Waits up to this many seconds ride on a Celery countdown; longer are parked."""
+        return float(_get("OUTBOX_COUNTDOWN_LIMIT", 300.0))
+
+    @property
+    def LEASE_SECONDS(self) -> float:
+        """How long a claimed delivery is reserved for the worker that claimed it."""
+        return float(_get("OUTBOX_LEASE_SECONDS", 120.0))
+
+    @property
+    def REDISPATCH_AFTER(self) -> float:
+        """A due row unclaimed this long after its message was sent is dispatched again."""
+        return float(_get("OUTBOX_REDISPATCH_AFTER", 900.0))
+
+    @property
+    def RETENTION_SECONDS(self) -> float:
+        """Settled and failed rows older than this are pruned by the sweeper."""
+        return float(_get("OUTBOX_RETENTION_SECONDS", 14 * 86400.0))
+
+    @property
+    def SWEEP_INTERVAL(self) -> float:
+        """Seconds between sweeps in the beat schedule the package ships."""
+        return float(_get("OUTBOX_SWEEP_INTERVAL", 30.0))
+
+    @property
+    def STOP_TIMEOUT(self) -> float:
+        """Seconds a stopping worker waits for deliveries in flight before releasing them."""
+        return float(_get("OUTBOX_STOP_TIMEOUT", 10.0))
+
+    @property
+    def PERMANENT_STATUS(self) -> Callable[[int], bool]:
+        """Predicate: does this HTTP status mean trying again cannot help?"""
+        predicate = _callable("OUTBOX_PERMANENT_STATUS", "django_outbox.outcomes.permanent_status")
+        assert predicate is not None
+        return predicate
+
+    @property
+    def SENDER_GONE_STATUSES(self) -> frozenset[int]:
+        """Statuses after which the resolver is asked whether the sender is gone."""
+        return frozenset(int(s) for s in _get("OUTBOX_SENDER_GONE_STATUSES", ()))
+
+    @property
+    def ALLOWED_NETWORKS(self) -> tuple[str, ...]:
+        """Networks inboxes may resolve to although they are not public."""
+        return tuple(_get("OUTBOX_ALLOWED_NETWORKS", ()))
+
+    @property
+    def USER_AGENT(self) -> str:
+        """User-Agent header of every delivery."""
+        return str(
+            _get("OUTBOX_USER_AGENT", "django-outbox/0.1 (+https://pypi.org/p/django-outbox)")
+        )
+
+    @property
+    def CONNECT_TIMEOUT(self) -> float:
+        """Seconds to wait for a connection."""
+        return float(_get("OUTBOX_CONNECT_TIMEOUT", 5.0))
+
+    @property
+    def TOTAL_TIMEOUT(self) -> float:
+        """Seconds one request may take in all, however the server trickles."""
+        return float(_get("OUTBOX_TOTAL_TIMEOUT", 30.0))
+
+    @property
+    def MAX_RESPONSE_BYTES(self) -> int:
+        """Most of a response body that is read."""
+        return int(_get("OUTBOX_MAX_RESPONSE_BYTES", MiB))
+
+    @property
+    def CA_BUNDLE(self) -> str | None:
+        """CA bundle for TLS verification; ``None`` uses the system's."""
+        value = _get("OUTBOX_CA_BUNDLE", None)
+        return None if value is None else str(value)
+
+    @property
+    def CONCURRENCY(self) -> int:
+        """Deliveries in flight at once in one worker process."""
+        return int(_get("OUTBOX_CONCURRENCY", 64))
+
+    @property
+    def PER_HOST(self) -> int:
+        """Deliveries in flight at once to one host from one worker process."""
+        return int(_get("OUTBOX_PER_HOST", 2))
+
+    @property
+    def SCHEME_CACHE(self) -> str:
+        """Cache alias remembering which signature scheme each host accepts."""
+        return str(_get("OUTBOX_SCHEME_CACHE", "default"))
+
+    @property
+    def BREAKER_THRESHOLD(self) -> int:
+        """Failures in a row that open a destination's circuit breaker (0: no breaker)."""
+        return int(_get("OUTBOX_BREAKER_THRESHOLD", 10))
+
+    @property
+    def BREAKER_COOL_OFF(self) -> float:
+        """Seconds an open breaker holds deliveries before one probe is let through."""
+        return float(_get("OUTBOX_BREAKER_COOL_OFF", 60.0))
+
+    @property
+    def BREAKER_SCOPE(self) -> str:
+        """``"host"`` (default) or ``"inbox"``: what one breaker is kept for."""
+        return str(_get("OUTBOX_BREAKER_SCOPE", "host"))
+
+    @property
+    def BREAKER_CACHE(self) -> str | None:
+        """django-redis cache alias holding breakers; ``None`` keeps them in memory."""
+        value = _get("OUTBOX_BREAKER_CACHE", None)
+        return None if value is None else str(value)
+
+
+conf = Settings()

@@ -1,0 +1,160 @@
+"""Concurrent sending inside one worker process.
+
+A Celery task only claims rows and hands them to the process's
+:class:`Engine`: a fixed set of threads that keep up to
+``OUTBOX_CONCURRENCY`` deliveries in flight, at most ``OUTBOX_PER_HOST`` to
+one host.  A delivery whose host is at its cap waits in that host's line
+without holding a thread, so a slow or silent server takes its own slots and
+no others.  Priority-lane deliveries are started before any other that waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+logger = logging.getLogger("django_outbox.engine")
+
+J = TypeVar("J")
+
+
+@dataclass
+class _HostLine(Generic[J]):
+    in_flight: int
+    waiting: deque[J]
+
+
+class Engine(Generic[J]):
+    """Runs ``work(job)`` for submitted jobs on ``concurrency`` threads.
+
+    ``host_of`` names a job's host and ``urgent`` says whether it jumps the
+    line.  ``submit`` blocks while ``backlog`` jobs already wait to start,
+    which is what keeps a worker from claiming more than it can send.
+    """
+
+    def __init__(
+        self,
+        work: Callable[[J], None],
+        *,
+        host_of: Callable[[J], str],
+        urgent: Callable[[J], bool],
+        concurrency: int,
+        per_host: int,
+        backlog: int | None = None,
+    ) -> None:
+        self._work = work
+        self._host_of = host_of
+        self._urgent = urgent
+        self._per_host = max(1, per_host)
+        self._backlog = backlog if backlog is not None else max(1, concurrency)
+        self._lock = threading.Condition()
+        self._runnable: tuple[deque[J], deque[J]] = (deque(), deque())
+        self._hosts: dict[str, _HostLine[J]] = defaultdict(lambda: _HostLine(0, deque()))
+        self._waiting = 0
+        self._running = 0
+        self._active: dict[int, J] = {}
+        self._stopping = False
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"outbox-send-{n}", daemon=True)
+            for n in range(max(1, concurrency))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def busy(self) -> int:
+        """Jobs running or waiting to run."""
+        with self._lock:
+            return self._running + self._waiting
+
+    def submit(self, jobs: list[J], *, block: bool = True) -> list[J]:
+        """Queue ``jobs``; returns those refused because the engine is stopping."""
+        refused: list[J] = []
+        with self._lock:
+            for job in jobs:
+                while block and not self._stopping and self._waiting >= self._backlog:
+                    self._lock.wait()
+                if self._stopping:
+                    refused.append(job)
+                    continue
+                self._add(job)
+            self._lock.notify_all()
+        return refused
+
+    def _add(self, job: J) -> None:
+        line = self._hosts[self._host_of(job)]
+        self._waiting += 1
+        if line.in_flight < self._per_host:
+            line.in_flight += 1
+            self._runnable[0 if self._urgent(job) else 1].append(job)
+        else:
+            line.waiting.append(job)
+
+    def _next(self) -> J | None:
+        with self._lock:
+            while not (self._runnable[0] or self._runnable[1]):
+                if self._stopping:
+                    return None
+                self._lock.wait()
+            job = (self._runnable[0] or self._runnable[1]).popleft()
+            self._waiting -= 1
+            self._running += 1
+            self._active[id(job)] = job
+            self._lock.notify_all()
+            return job
+
+    def _done(self, job: J) -> None:
+        with self._lock:
+            self._running -= 1
+            del self._active[id(job)]
+            host = self._host_of(job)
+            line = self._hosts[host]
+            if line.waiting:
+                following = line.waiting.popleft()
+                self._runnable[0 if self._urgent(following) else 1].append(following)
+            else:
+                line.in_flight -= 1
+                if line.in_flight == 0:
+                    del self._hosts[host]
+            self._lock.notify_all()
+
+    def _loop(self) -> None:
+        while (job := self._next()) is not None:
+            try:
+                self._work(job)
+            except Exception:
+                logger.exception("a delivery thread failed on %r", job)
+            finally:
+                self._done(job)
+
+    def stop(self, timeout: float) -> list[J]:
+        """Start nothing more and wait up to ``timeout`` for what runs.
+
+        Returns the jobs that never started and those still running when the
+        time was up, for the caller to give back.
+        """
+        with self._lock:
+            self._stopping = True
+            unstarted = [*self._runnable[0], *self._runnable[1]]
+            for line in self._hosts.values():
+                unstarted.extend(line.waiting)
+                line.waiting.clear()
+            self._runnable[0].clear()
+            self._runnable[1].clear()
+            self._waiting = 0
+            self._lock.notify_all()
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            return unstarted + list(self._active.values())
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until nothing runs or waits, up to ``timeout``; True if idle."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._running + self._waiting == 0, timeout)

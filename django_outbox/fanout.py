@@ -1,0 +1,102 @@
+"""Writing delivery rows for a message, in the caller's transaction or a worker's.
+
+Small sends write their rows inside ``outbox.send``; a large fan-out stores
+its inbox list on the message and a worker expands it here in slices, each
+slice committed and dispatched before the next is written, so the first
+deliveries start while the rest are still being written.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from django.db import transaction
+from django.utils import timezone
+
+from django_outbox.conf import conf
+from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Lane, Message
+from django_outbox.validation import inbox_host
+
+FIRST_SLICE = 500
+SLICE = 5000
+
+
+def choose_lane(inbox_count: int, low_priority: bool) -> str:
+    """The lane a send to ``inbox_count`` inboxes travels in."""
+    if low_priority and conf.LOW_LANE:
+        return Lane.LOW.value
+    if inbox_count <= conf.PRIORITY_MAX_INBOXES:
+        return Lane.PRIORITY.value
+    return Lane.DEFAULT.value
+
+
+def _waiting_inboxes(message: Message, inboxes: Sequence[str]) -> set[str]:
+    """Inboxes that still have a live delivery sent earlier with the same ordering key."""
+    if not message.ordering_key:
+        return set()
+    return set(
+        Delivery.objects.filter(
+            ordering_key=message.ordering_key,
+            inbox__in=inboxes,
+            state__in=LIVE_STATES,
+            message_id__lt=message.pk,
+        ).values_list("inbox", flat=True)
+    )
+
+
+def create_deliveries(message: Message, inboxes: Sequence[str]) -> dict[str, list[int]]:
+    """Insert one delivery per inbox and return the ids to dispatch, by lane.
+
+    Deliveries that must wait for an earlier one with the same ordering key
+    are written as ``waiting`` and not returned: they are dispatched when the
+    one before them finishes.
+    """
+    now = timezone.now()
+    waiting = _waiting_inboxes(message, inboxes)
+    rows = [
+        Delivery(
+            message=message,
+            inbox=inbox,
+            host=inbox_host(inbox),
+            lane=message.lane,
+            ordering_key=message.ordering_key,
+            state=DeliveryState.WAITING if inbox in waiting else DeliveryState.QUEUED,
+            next_attempt_at=now,
+            dispatched_at=None if inbox in waiting else now,
+            created_at=now,
+        )
+        for inbox in inboxes
+    ]
+    Delivery.objects.bulk_create(rows, batch_size=2000)
+    ids: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        if row.state == DeliveryState.QUEUED:
+            ids[row.lane].append(row.pk)
+    return dict(ids)
+
+
+def expand(message_id: int) -> int:
+    """Write and dispatch the deliveries of a large fan-out; returns how many it wrote.
+
+    Safe to run again after a crash: inboxes that already have a row are
+    skipped, and the list is cleared only once every slice is written.
+    """
+    from django_outbox.dispatch import publish
+
+    message = Message.objects.filter(pk=message_id).first()
+    if message is None or not message.pending_inboxes:
+        return 0
+    done = set(Delivery.objects.filter(message=message).values_list("inbox", flat=True))
+    todo = [i for i in message.pending_inboxes.split("\n") if i and i not in done]
+    written = 0
+    size = FIRST_SLICE
+    while written < len(todo):
+        part = todo[written : written + size]
+        with transaction.atomic():
+            ids = create_deliveries(message, part)
+        publish(ids)
+        written += len(part)
+        size = SLICE
+    Message.objects.filter(pk=message_id).update(pending_inboxes="")
+    return written

@@ -1,0 +1,131 @@
+"""The durable record: one row per activity sent, one per inbox it goes to.
+
+The database is the schedule and the source of truth; Celery only carries
+delivery ids.  A :class:`Message` holds the exact bytes that are sent, once,
+with their digest, so a fan-out to 100,000 inboxes stores the body one time.
+A :class:`Delivery` is one inbox's copy of the work, with its state, its
+attempts and its lease.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class DeliveryState(models.TextChoices):
+    """The closed set of states a delivery can be in.
+
+    ``waiting``, ``queued`` and ``sending`` are live; the rest are final.
+    See ``docs/guarantees.md`` for the transitions.
+    """
+
+    WAITING = "waiting", "waiting for an earlier delivery"
+    QUEUED = "queued", "queued"
+    SENDING = "sending", "sending"
+    DELIVERED = "delivered", "delivered"
+    REFUSED = "refused", "refused"
+    SKIPPED = "skipped", "skipped"
+    FAILED = "failed", "failed"
+
+
+LIVE_STATES = (DeliveryState.WAITING, DeliveryState.QUEUED, DeliveryState.SENDING)
+SETTLED_STATES = (DeliveryState.DELIVERED, DeliveryState.REFUSED, DeliveryState.SKIPPED)
+FINAL_STATES = (*SETTLED_STATES, DeliveryState.FAILED)
+
+
+class Lane(models.TextChoices):
+    """The Celery queues deliveries travel in; the value is the queue name."""
+
+    PRIORITY = "outbox.priority", "priority"
+    DEFAULT = "outbox", "default"
+    LOW = "outbox.low", "low"
+
+
+class Message(models.Model):
+    """One activity as it is sent: its bytes, its sender and its batch options."""
+
+    sender = models.CharField(max_length=2048, help_text="The actor id the body is signed as.")
+    body = models.BinaryField(help_text="The exact bytes POSTed to every inbox.")
+    body_sha256 = models.BinaryField(max_length=32, help_text="SHA-256 of body, computed once.")
+    content_type = models.CharField(max_length=200, default="application/activity+json")
+    activity_type = models.CharField(max_length=100, blank=True)
+    tag = models.CharField(max_length=200, blank=True, db_index=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    ordering_key = models.CharField(max_length=500, blank=True)
+    lane = models.CharField(max_length=20, choices=Lane.choices, default=Lane.DEFAULT)
+    synchronize_collection = models.BooleanField(default=False)
+    max_attempts = models.PositiveSmallIntegerField(help_text="Attempts each delivery may spend.")
+    inbox_count = models.PositiveIntegerField(default=0)
+    pending_inboxes = models.TextField(
+        blank=True,
+        help_text="Inboxes, one per line, not yet written as deliveries (large fan-outs).",
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        ordering = ("-id",)
+
+    def __str__(self) -> str:
+        label = self.activity_type or "message"
+        return f"{label} #{self.pk} from {self.sender}"
+
+
+class Delivery(models.Model):
+    """One inbox's copy of a message, and everything known about sending it."""
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="deliveries")
+    inbox = models.CharField(max_length=2048)
+    host = models.CharField(max_length=255, db_index=True)
+    via = models.JSONField(
+        default=list, blank=True, help_text="Gateways to try in order (portable inboxes)."
+    )
+    state = models.CharField(
+        max_length=10, choices=DeliveryState.choices, default=DeliveryState.QUEUED
+    )
+    lane = models.CharField(max_length=20, choices=Lane.choices, default=Lane.DEFAULT)
+    ordering_key = models.CharField(max_length=500, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When a Celery message carrying it was last published."
+    )
+    claimed_by = models.CharField(max_length=100, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    deadline_reached = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name_plural = "deliveries"
+        ordering = ("-id",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("message", "inbox"), name="django_outbox_delivery_once_per_inbox"
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=("lane", "next_attempt_at"),
+                condition=Q(state="queued"),
+                name="django_outbox_due",
+            ),
+            models.Index(
+                fields=("lease_until",),
+                condition=Q(state="sending"),
+                name="django_outbox_leased",
+            ),
+            models.Index(
+                fields=("ordering_key", "inbox", "id"),
+                condition=Q(state__in=("waiting", "queued", "sending")) & ~Q(ordering_key=""),
+                name="django_outbox_ordered_live",
+            ),
+            models.Index(fields=("finished_at",), name="django_outbox_finished"),
+            models.Index(fields=("state", "id"), name="django_outbox_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.inbox} ({self.state})"

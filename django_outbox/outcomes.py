@@ -1,0 +1,44 @@
+"""What came of one attempt, and which answers mean trying again cannot help."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+def permanent_status(status: int) -> bool:
+    """The default ``OUTBOX_PERMANENT_STATUS``: 501, and any 4xx but 401, 408 and 429.
+
+    These answers will not change if the same request is sent again, as
+    Mastodon judges them; 401 is kept retryable because the other signature
+    scheme or a refreshed key may be accepted, 408 and 429 ask to come back.
+    """
+    return status == 501 or (400 <= status < 500 and status not in (401, 408, 429))
+
+
+class Kind(StrEnum):
+    """How an attempt ended, which decides the row's next state."""
+
+    DELIVERED = "delivered"
+    REFUSED = "refused"
+    SKIPPED = "skipped"
+    RETRY = "retry"
+    HELD = "held"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt at one claimed delivery.
+
+    ``retry_after`` is what the server asked with ``Retry-After`` and
+    ``held_for`` how long an open breaker asks to wait, both in seconds.
+    """
+
+    delivery_id: int
+    token: str
+    kind: Kind
+    status: int | None = None
+    error: str = ""
+    retry_after: float | None = None
+    held_for: float | None = None

@@ -1,0 +1,194 @@
+"""What one worker process keeps between tasks, and the task-side half of sending.
+
+The first ``deliver`` task in a process starts its :class:`~django_outbox.engine.Engine`
+threads, its recorder thread, its HTTP transport and its breaker store; they
+live until the process stops.  A task claims its rows, loads the message
+bodies (cached, they never change) and signing keys (cached for a while),
+and hands the deliveries to the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+
+from django.utils import timezone
+
+from django_outbox.attempt import Job, MessageData, perform
+from django_outbox.breakers import (
+    BreakerPolicy,
+    BreakerStore,
+    MemoryBreakerStore,
+    redis_store_for_cache,
+)
+from django_outbox.claims import Claimed, claim, new_token, not_yet_due
+from django_outbox.conf import conf
+from django_outbox.dispatch import mark_and_publish
+from django_outbox.engine import Engine
+from django_outbox.keys import SenderKey
+from django_outbox.models import Delivery, DeliveryState, Lane, Message
+from django_outbox.outcomes import Kind, Outcome
+from django_outbox.recorder import Recorder
+from django_outbox.transport import Transport
+
+logger = logging.getLogger("django_outbox.worker")
+
+_KEY_TTL = 300.0
+_MESSAGES_KEPT = 256
+
+
+class WorkerProcess:
+    """The engine, recorder, transport, breakers and caches of one process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.recorder = Recorder()
+        self.transport = Transport(
+            user_agent=conf.USER_AGENT,
+            connect_timeout=conf.CONNECT_TIMEOUT,
+            total_timeout=conf.TOTAL_TIMEOUT,
+            max_response_bytes=conf.MAX_RESPONSE_BYTES,
+            allowed_networks=conf.ALLOWED_NETWORKS,
+            ca_bundle=conf.CA_BUNDLE,
+        )
+        self.breakers: BreakerStore = (
+            redis_store_for_cache(conf.BREAKER_CACHE)
+            if conf.BREAKER_CACHE
+            else MemoryBreakerStore()
+        )
+        self.policy = (
+            BreakerPolicy(threshold=conf.BREAKER_THRESHOLD, cool_off=conf.BREAKER_COOL_OFF)
+            if conf.BREAKER_THRESHOLD > 0
+            else None
+        )
+        self.engine: Engine[Job] = Engine(
+            self._send,
+            host_of=lambda job: job.claimed.host,
+            urgent=lambda job: job.claimed.lane == Lane.PRIORITY,
+            concurrency=conf.CONCURRENCY,
+            per_host=conf.PER_HOST,
+        )
+        self._messages: OrderedDict[int, MessageData] = OrderedDict()
+        self._keys: dict[str, tuple[SenderKey | None, float]] = {}
+        self._lock = threading.Lock()
+
+    def _send(self, job: Job) -> None:
+        self.recorder.put(perform(job, self.transport, self.breakers, self.policy))
+
+    def messages(self, ids: Iterable[int]) -> dict[int, MessageData]:
+        """The messages with ``ids``, from memory or one query."""
+        wanted = set(ids)
+        with self._lock:
+            found = {i: self._messages[i] for i in wanted if i in self._messages}
+        missing = wanted - found.keys()
+        if missing:
+            for row in Message.objects.filter(id__in=missing).values_list(
+                "id", "sender", "body", "body_sha256", "content_type", "deadline", "activity_type"
+            ):
+                data = MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:])
+                found[data.id] = data
+            with self._lock:
+                for data in found.values():
+                    self._messages[data.id] = data
+                while len(self._messages) > _MESSAGES_KEPT:
+                    self._messages.popitem(last=False)
+        return found
+
+    def key_for(self, sender: str) -> SenderKey | None:
+        """The sender's signing key, asking the resolver at most every few minutes."""
+        now = time.monotonic()
+        cached = self._keys.get(sender)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        key = conf.KEY_RESOLVER(sender)
+        if len(self._keys) > 10_000:
+            self._keys.clear()
+        self._keys[sender] = (key, now + _KEY_TTL)
+        return key  # type: ignore[no-any-return]
+
+    def stop(self, timeout: float) -> None:
+        """Finish what is in flight within ``timeout``; release what never started."""
+        unstarted = self.engine.stop(timeout)
+        release([(job.claimed, job.token) for job in unstarted])
+        if not self.recorder.flush(timeout):
+            logger.warning("stopped before every outcome was saved; their leases will lapse")
+
+
+_process: WorkerProcess | None = None
+_process_lock = threading.Lock()
+
+
+def current() -> WorkerProcess:
+    """This process's :class:`WorkerProcess`, started on first use (and after a fork)."""
+    global _process
+    with _process_lock:
+        if _process is None or _process.pid != os.getpid():
+            _process = WorkerProcess()
+        return _process
+
+
+def stop_current(timeout: float) -> None:
+    """Stop this process's engine, if it has one (warm shutdown)."""
+    global _process
+    with _process_lock:
+        process, _process = _process, None
+    if process is not None and process.pid == os.getpid():
+        process.stop(timeout)
+
+
+def release(claims: Sequence[tuple[Claimed, str]]) -> None:
+    """Give claimed deliveries back unsent, with their attempt refunded, and dispatch them."""
+    by_lane: dict[str, list[int]] = {}
+    for claimed, token in claims:
+        if Delivery.objects.filter(
+            id=claimed.id, claimed_by=token, state=DeliveryState.SENDING
+        ).update(
+            state=DeliveryState.QUEUED,
+            attempts=claimed.attempts - 1,
+            claimed_by="",
+            lease_until=None,
+            next_attempt_at=timezone.now(),
+        ):
+            by_lane.setdefault(claimed.lane, []).append(claimed.id)
+    if by_lane:
+        mark_and_publish(by_lane)
+
+
+def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
+    """Claim ``ids`` and start sending them.
+
+    Returns the ids that are queued but not due yet with the seconds until
+    the first is, for the task to retry with, or ``None``.
+    """
+    process = current()
+    token = new_token()
+    claimed = claim(ids, token)
+    later = None
+    if len(claimed) < len(ids):
+        taken = {c.id for c in claimed}
+        waiting, due = not_yet_due([i for i in ids if i not in taken], conf.COUNTDOWN_LIMIT)
+        if due is not None:
+            later = (waiting, max(0.0, (due - timezone.now()).total_seconds()))
+    if not claimed:
+        return later
+    messages = process.messages(c.message_id for c in claimed)
+    now = timezone.now()
+    jobs: list[Job] = []
+    for row in claimed:
+        message = messages[row.message_id]
+        key = process.key_for(message.sender)
+        if message.deadline is not None and message.deadline <= now:
+            process.recorder.put(Outcome(row.id, token, Kind.EXPIRED))
+        elif key is None:
+            error = f"the key resolver no longer has a key for {message.sender}"
+            process.recorder.put(Outcome(row.id, token, Kind.REFUSED, error=error))
+        else:
+            jobs.append(Job(row, token, message, key))
+    refused = process.engine.submit(jobs)
+    if refused:
+        release([(job.claimed, job.token) for job in refused])
+    return later

@@ -1,0 +1,6 @@
+"""The admin, where deliveries can be inspected and requeued."""
+
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]

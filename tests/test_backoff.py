@@ -1,0 +1,67 @@
+"""The retry schedule, Retry-After and batch deadlines."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from django.test import override_settings
+
+from django_outbox.backoff import held_until, next_attempt, schedule_delay
+from django_outbox.outcomes import permanent_status
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_default_schedule_doubles_to_a_cap_and_spans_about_two_days() -> None:
+    delays = [schedule_delay(n) for n in range(1, 16)]
+    assert delays[:3] == [30.0, 60.0, 120.0]
+    assert max(delays) == 8 * 3600
+    assert 48 * 3600 < sum(delays) < 49 * 3600
+
+
+def test_jitter_shortens_by_at_most_a_quarter() -> None:
+    for _ in range(200):
+        decision = next_attempt(now=NOW, attempts=3, max_attempts=16, deadline=None)
+        assert decision.retry_at is not None
+        wait = (decision.retry_at - NOW).total_seconds()
+        assert 90.0 <= wait <= 120.0
+
+
+def test_retry_after_is_honoured_and_capped() -> None:
+    decision = next_attempt(now=NOW, attempts=1, max_attempts=16, deadline=None, asked=120)
+    assert decision.retry_at == NOW + timedelta(seconds=120)
+    huge = next_attempt(now=NOW, attempts=1, max_attempts=16, deadline=None, asked=10**9)
+    assert huge.retry_at == NOW + timedelta(hours=24)
+    with override_settings(OUTBOX_WAIT_AS_ASKED=False):
+        plain = next_attempt(now=NOW, attempts=1, max_attempts=16, deadline=None, asked=120)
+    assert plain.retry_at is not None and plain.retry_at <= NOW + timedelta(seconds=30)
+
+
+def test_a_retry_after_the_deadline_is_given_up_as_a_deadline_failure() -> None:
+    decision = next_attempt(
+        now=NOW, attempts=1, max_attempts=16, deadline=NOW + timedelta(seconds=10), asked=120
+    )
+    assert decision.retry_at is None and decision.deadline
+    assert "deadline" in decision.give_up
+
+
+def test_attempts_run_out() -> None:
+    decision = next_attempt(now=NOW, attempts=5, max_attempts=5, deadline=None)
+    assert decision.retry_at is None and not decision.deadline
+
+
+def test_breaker_hold_waits_for_the_cool_off_or_the_deadline() -> None:
+    assert held_until(NOW, 60, None).retry_at == NOW + timedelta(seconds=60)
+    assert held_until(NOW, 60, NOW + timedelta(seconds=5)).deadline
+
+
+def test_permanent_statuses() -> None:
+    assert [s for s in (400, 401, 403, 404, 408, 410, 422, 429) if permanent_status(s)] == [
+        400,
+        403,
+        404,
+        410,
+        422,
+    ]
+    assert permanent_status(501)
+    assert not any(permanent_status(s) for s in (200, 202, 500, 502, 503))

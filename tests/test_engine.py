@@ -1,0 +1,96 @@
+"""The in-process engine: global and per-host caps, priority first, stopping."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+from django_outbox.engine import Engine
+
+
+@dataclass(frozen=True)
+class Task:
+    host: str
+    urgent: bool = False
+    hold: threading.Event = field(default_factory=threading.Event, compare=False)
+
+
+def make(
+    concurrency: int, per_host: int, log: list[Task], lock: threading.Lock, peaks: dict[str, int]
+) -> Engine[Task]:
+    running: dict[str, int] = {}
+
+    def work(task: Task) -> None:
+        with lock:
+            running[task.host] = running.get(task.host, 0) + 1
+            peaks[task.host] = max(peaks.get(task.host, 0), running[task.host])
+            log.append(task)
+        task.hold.wait(5)
+        with lock:
+            running[task.host] -= 1
+
+    return Engine(
+        work,
+        host_of=lambda t: t.host,
+        urgent=lambda t: t.urgent,
+        concurrency=concurrency,
+        per_host=per_host,
+        backlog=1000,
+    )
+
+
+def test_a_host_at_its_cap_does_not_block_other_hosts() -> None:
+    log: list[Task] = []
+    lock = threading.Lock()
+    peaks: dict[str, int] = {}
+    engine = make(8, 2, log, lock, peaks)
+    slow = [Task("slow") for _ in range(6)]
+    fast = [Task(f"fast{i}") for i in range(4)]
+    for task in fast:
+        task.hold.set()
+    engine.submit(slow + fast)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and sum(1 for t in log if t.host != "slow") < 4:
+        time.sleep(0.01)
+    assert sum(1 for t in log if t.host != "slow") == 4  # all fast ones ran meanwhile
+    assert peaks["slow"] == 2
+    for task in slow:
+        task.hold.set()
+    assert engine.wait_idle(5)
+    assert peaks["slow"] == 2 and len(log) == 10
+
+
+def test_urgent_jobs_start_before_waiting_ones() -> None:
+    log: list[Task] = []
+    lock = threading.Lock()
+    peaks: dict[str, int] = {}
+    engine = make(1, 10, log, lock, peaks)
+    blocker = Task("a")
+    engine.submit([blocker])
+    time.sleep(0.05)
+    bulk = [Task(f"b{i}") for i in range(5)]
+    urgent = Task("u", urgent=True)
+    for task in [*bulk, urgent]:
+        task.hold.set()
+    engine.submit(bulk)
+    engine.submit([urgent])
+    blocker.hold.set()
+    assert engine.wait_idle(5)
+    assert log[1] is urgent
+
+
+def test_stop_returns_what_never_started_and_what_still_runs() -> None:
+    log: list[Task] = []
+    lock = threading.Lock()
+    peaks: dict[str, int] = {}
+    engine = make(2, 1, log, lock, peaks)
+    stuck = Task("x")
+    queued = [Task("x"), Task("y")]
+    queued[1].hold.set()
+    engine.submit([stuck, *queued])
+    time.sleep(0.1)
+    left = engine.stop(0.2)
+    assert stuck in left and queued[0] in left
+    assert engine.submit([Task("z")]) != []  # refused once stopping
+    stuck.hold.set()
