@@ -112,7 +112,7 @@ class Settings:
     @property
     def LEASE_SECONDS(self) -> float:
         """How long a claimed delivery is reserved for the worker that claimed it."""
-        return float(_get("OUTBOX_LEASE_SECONDS", 120.0))
+        return float(_get("OUTBOX_LEASE_SECONDS", 300.0))
 
     @property
     def REDISPATCH_AFTER(self) -> float:

@@ -33,8 +33,9 @@ class Engine(Generic[J]):
     """Runs ``work(job)`` for submitted jobs on ``concurrency`` threads.
 
     ``host_of`` names a job's host and ``urgent`` says whether it jumps the
-    line.  ``submit`` blocks while ``backlog`` jobs already wait to start,
-    which is what keeps a worker from claiming more than it can send.
+    line.  ``submit`` blocks while ``backlog`` jobs (four per thread unless
+    given) already wait to start, which keeps a worker from claiming more than
+    it can send before the leases of what it claimed run out.
     """
 
     def __init__(
@@ -51,7 +52,7 @@ class Engine(Generic[J]):
         self._host_of = host_of
         self._urgent = urgent
         self._per_host = max(1, per_host)
-        self._backlog = backlog if backlog is not None else max(1, concurrency)
+        self._backlog = backlog if backlog is not None else 4 * max(1, concurrency)
         self._lock = threading.Condition()
         self._runnable: tuple[deque[J], deque[J]] = (deque(), deque())
         self._hosts: dict[str, _HostLine[J]] = defaultdict(lambda: _HostLine(0, deque()))
@@ -78,6 +79,7 @@ class Engine(Generic[J]):
         with self._lock:
             for job in jobs:
                 while block and not self._stopping and self._waiting >= self._backlog:
+                    self._lock.notify_all()
                     self._lock.wait()
                 if self._stopping:
                     refused.append(job)

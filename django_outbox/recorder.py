@@ -175,7 +175,7 @@ def apply_outcomes(outcomes: list[Outcome]) -> _Effects:
                     },
                 )
             )
-        elif row.state == DeliveryState.FAILED:
+        if row.state in (DeliveryState.FAILED, DeliveryState.REFUSED):
             effects.fail(row)
     with transaction.atomic():
         for (token, items), ids in groups.items():

@@ -18,10 +18,12 @@ Every signal is sent with ``sender=Delivery`` and these keyword arguments:
     a receiver must tolerate running twice for one delivery.
 
 ``delivery_failed``
-    When a delivery is given up: ``delivery``, ``inbox``, ``actor``,
-    ``status`` (last status or ``None``), ``error``, ``tag`` and
-    ``deadline`` (True when the batch's deadline was the reason rather than
-    the retry budget).  A 410 here says the inbox or its server is gone.
+    When a delivery will not be tried again and was not delivered: given up
+    (retries or deadline ran out, or by hand) or refused (an answer that will
+    not change, which is also ``delivery_settled``).  ``delivery``, ``inbox``,
+    ``actor``, ``status`` (last status or ``None``), ``error``, ``tag`` and
+    ``deadline`` (True when the batch's deadline was the reason).  A 410 here
+    says the inbox or its server is gone.
 
 Receivers run in the worker through ``send_robust``: one that raises is
 logged and does not stop delivery.

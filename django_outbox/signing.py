@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from requests import PreparedRequest, RequestException
 
 from django_outbox.exceptions import OutboxError
 from django_outbox.keys import PrivateKey, SenderKey, load_private_key
@@ -103,9 +104,9 @@ def sign_headers(
     (e.g. ``collection-synchronization``, which FEP-8fcf requires be signed).
 
     ``body_sha256`` must be the SHA-256 digest of ``body``, computed once per
-    message by the caller; ``body`` is not hashed again here.  ``url`` must be
-    sent exactly as given (an absolute, ASCII, already percent-encoded http(s)
-    URL): its path and query are signed verbatim.  ``now`` (timezone-aware)
+    message by the caller; ``body`` is not hashed again here.  ``url`` is an
+    absolute http(s) URL; what is signed is the host, path and query as
+    ``requests`` sends them (see ``_split_url``).  ``now`` (timezone-aware)
     defaults to the current time and exists for tests.
 
     Raises :class:`SigningError` for unusable input and
@@ -202,10 +203,21 @@ def _check_key_id(key_id: str) -> None:
 # Inboxes repeat (shared inboxes, retries), so parsed URLs are worth keeping.
 @functools.lru_cache(maxsize=4096)
 def _split_url(url: str) -> tuple[str, str, str]:
-    """Return (scheme, Host header value, request target) for an absolute http(s) URL."""
-    if not url.isascii() or not url.isprintable() or " " in url:
-        raise SigningError(f"URL {url!r} must be percent-encoded ASCII without spaces")
-    parts = urlsplit(url)
+    """Return (scheme, Host header value, request target) for an absolute http(s) URL.
+
+    The URL is first normalised as ``requests`` (hence our transport) puts it on
+    the wire: IDNA host, percent-escapes of unreserved characters decoded, unsafe
+    characters quoted.  Signing the URL as given would not match what is sent.
+    """
+    prepared = PreparedRequest()
+    try:
+        prepared.prepare_url(url, None)
+    except (ValueError, RequestException) as exc:
+        raise SigningError(f"invalid URL {url!r}: {exc}") from exc
+    wire = prepared.url or ""
+    if not wire.isascii() or not wire.isprintable() or " " in wire:
+        raise SigningError(f"URL {url!r} cannot be sent as ASCII")
+    parts = urlsplit(wire)
     scheme = parts.scheme.lower()
     if scheme not in _DEFAULT_PORTS or not parts.hostname:
         raise SigningError(f"URL {url!r} is not an absolute http(s) URL")

@@ -94,3 +94,18 @@ def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     assert stuck in left and queued[0] in left
     assert engine.submit([Task("z")]) != []  # refused once stopping
     stuck.hold.set()
+
+
+def test_a_backlog_on_one_host_drains_while_submit_waits() -> None:
+    done: list[int] = []
+    engine: Engine[int] = Engine(
+        lambda n: done.append(n),
+        host_of=lambda n: "one",
+        urgent=lambda n: False,
+        concurrency=4,
+        per_host=2,
+        backlog=8,
+    )
+    assert engine.submit(list(range(50))) == []
+    assert engine.wait_idle(5)
+    assert sorted(done) == list(range(50))

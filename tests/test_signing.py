@@ -216,6 +216,12 @@ def test_rfc9421_covers_collection_synchronization(ed_pem: str) -> None:
         ("http://[2001:db8::1]:8080/inbox", "[2001:db8::1]:8080", None),
         ("https://remote.example/inbox#frag", "remote.example", "https://remote.example/inbox"),
         ("https://gw.example/.well-known/apgateway/did:key:z6Mk/inbox", "gw.example", None),
+        # Signed as requests puts them on the wire, which is what the receiver sees.
+        (
+            "https://r.example/%7Eb%2F/caf\u00e9 x?q=%7E",
+            "r.example",
+            "https://r.example/~b%2F/caf%C3%A9%20x?q=~",
+        ),
     ],
 )
 def test_rfc9421_authority_and_target_as_the_receiver_sees_them(
@@ -225,6 +231,14 @@ def test_rfc9421_authority_and_target_as_the_receiver_sees_them(
     assert headers["Host"] == host
     (result,) = verifier(ed_pem).verify(Received("POST", seen_url or url, headers), body=BODY)
     assert result.covered_components['"@authority"'] == host
+
+
+def test_signs_the_url_as_requests_sends_it(ed_pem: str) -> None:
+    url = "https://b\u00fccher.example/%7Eb/caf\u00e9?q=%7E"
+    headers = sign(Scheme.RFC9421, ed_pem, url=url)
+    assert headers["Host"] == "xn--bcher-kva.example"
+    request = requests.Request("POST", url, data=BODY, headers=headers).prepare()
+    verifier(ed_pem).verify(request, body=BODY)
 
 
 @pytest.mark.parametrize("which", ["rsa", "ed25519"])
@@ -284,8 +298,7 @@ def test_rfc9421_tampered_request_fails(rsa_pem: str, change: str, value: Any) -
         {"url": "ftp://remote.example/inbox"},
         {"url": "/inbox"},
         {"url": "https://user:pw@remote.example/inbox"},
-        {"url": "https://remote.example/in box"},
-        {"url": "https://remote.example/café"},
+        {"url": "https://remote.example:notaport/inbox"},
         {"url": "https://remote.example:99999/inbox"},
         {"method": "PO ST"},
         {"body_sha256": b"short"},
