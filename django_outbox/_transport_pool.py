@@ -27,7 +27,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from requests.adapters import HTTPAdapter
@@ -235,6 +235,29 @@ class _HTTPPool(_DeadlinePool, HTTPConnectionPool):
 
 class _HTTPSPool(_DeadlinePool, HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
+
+
+class _SharedContext(ssl.SSLContext):
+    """An SSL context every connection shares, with ALPN set once.
+
+    urllib3 calls ``set_alpn_protocols`` on the context for each new connection; on a
+    shared context that frees OpenSSL's ALPN buffer while other threads may copy it.
+    """
+
+    def set_alpn_protocols(self, alpn_protocols: Iterable[str]) -> None:
+        """Ignore urllib3's per-connection call; :func:`shared_ssl_context` set it."""
+
+
+def shared_ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
+    """A verifying TLS client context (TLS >= 1.2), loaded once, safe to share by threads."""
+    context = _SharedContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificate and name
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca_bundle:
+        context.load_verify_locations(cafile=ca_bundle)
+    else:
+        context.load_default_certs()
+    ssl.SSLContext.set_alpn_protocols(context, ["http/1.1"])
+    return context
 
 
 class PinnedRequest(PreparedRequest):

@@ -1,4 +1,4 @@
-"""Read-only admin pages: deliveries with their state and last error, and messages.
+"""Read-only admin pages: deliveries, messages, failing hosts and open breakers.
 
 Nothing can be edited by hand; the actions call the package's own
 :meth:`~django_outbox.api.Outbox.requeue` and :meth:`~django_outbox.api.Outbox.give_up`.
@@ -10,10 +10,14 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 
 from django_outbox.api import outbox
-from django_outbox.models import Delivery, DeliveryState, Message
+from django_outbox.breakers import BreakerStoreUnavailable
+from django_outbox.hosts import breaker_store, forget_cached
+from django_outbox.models import Delivery, DeliveryState, Host, Message
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -108,3 +112,37 @@ class MessageAdmin(ReadOnlyAdmin):
     @admin.display(description="body")
     def body_text(self, obj: Message) -> str:
         return bytes(obj.body).decode(errors="replace")
+
+
+@admin.register(Host)
+class HostAdmin(ReadOnlyAdmin):
+    """Hosts that have been failing; also links to the open circuit breakers."""
+
+    list_display = ("name", "failure_days", "first_failure_at", "unavailable_since")
+    list_filter = (("unavailable_since", admin.EmptyFieldListFilter),)
+    search_fields = ("name",)
+    actions = ("mark_available",)
+
+    @admin.action(description="Mark the selected hosts available again", permissions=["view"])
+    def mark_available(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
+        count, _ = queryset.delete()
+        forget_cached()
+        self.message_user(request, f"{count} hosts are available again.", messages.SUCCESS)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.breakers_view)
+        return [path("breakers/", view, name="django_outbox_breakers"), *super().get_urls()]
+
+    def breakers_view(self, request: HttpRequest) -> HttpResponse:
+        """List open and half-open breakers; POST resets the selected ones."""
+        store = breaker_store()
+        error = ""
+        try:
+            if request.method == "POST" and self.has_view_permission(request):
+                for key in request.POST.getlist("key"):
+                    store.reset(key)
+            states = store.states()
+        except BreakerStoreUnavailable as failure:
+            states, error = [], str(failure)
+        context = {**self.admin_site.each_context(request), "states": states, "error": error}
+        return TemplateResponse(request, "admin/django_outbox/breakers.html", context)

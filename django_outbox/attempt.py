@@ -16,7 +16,7 @@ from django_outbox.breakers import BreakerPolicy, BreakerStore, breaker_key
 from django_outbox.claims import Claimed
 from django_outbox.conf import conf
 from django_outbox.keys import SenderKey
-from django_outbox.outcomes import Kind, Outcome
+from django_outbox.outcomes import Kind, Outcome, server_failed
 from django_outbox.schemes import remember, remembered
 from django_outbox.signing import Scheme, other, sign_headers
 from django_outbox.transport import (
@@ -49,10 +49,6 @@ class Job:
     token: str
     message: MessageData
     key: SenderKey
-
-
-def _breaker_failure(status: int | None) -> bool:
-    return status is None or status >= 500 or status in (408, 429)
 
 
 def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
@@ -138,6 +134,6 @@ def _attempt_at(
     else:
         outcome = _outcome(job, response)
     if policy is not None:
-        failed = outcome.kind is Kind.RETRY and _breaker_failure(outcome.status)
+        failed = outcome.kind is Kind.RETRY and server_failed(outcome.status)
         breakers.record(key, policy, failed=failed, probe=probe)
     return outcome

@@ -195,6 +195,18 @@ class Settings:
         return str(_get("OUTBOX_SCHEME_CACHE", "default"))
 
     @property
+    def UNAVAILABLE_AFTER_DAYS(self) -> int:
+        """Distinct days of failures, with no success, after which a host is unavailable."""
+        return int(_get("OUTBOX_UNAVAILABLE_AFTER_DAYS", 7))
+
+    @property
+    def SKIP_UNAVAILABLE(self) -> Callable[[str, str], bool]:
+        """Predicate ``(inbox, activity_type)``: skip this delivery to an unavailable host?"""
+        predicate = _callable("OUTBOX_SKIP_UNAVAILABLE", "django_outbox.hosts.skip_unless_follow")
+        assert predicate is not None
+        return predicate
+
+    @property
     def BREAKER_THRESHOLD(self) -> int:
         """Failures in a row that open a destination's circuit breaker (0: no breaker)."""
         return int(_get("OUTBOX_BREAKER_THRESHOLD", 10))

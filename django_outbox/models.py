@@ -129,3 +129,25 @@ class Delivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.inbox} ({self.state})"
+
+
+class Host(models.Model):
+    """A destination host that has been failing, and since when.
+
+    A row exists only while the host fails: the first success deletes it.  A
+    host that failed on ``OUTBOX_UNAVAILABLE_AFTER_DAYS`` distinct days with
+    no success in between is unavailable, and deliveries to it are skipped
+    (see ``OUTBOX_SKIP_UNAVAILABLE``).
+    """
+
+    name = models.CharField(max_length=255, unique=True)
+    failure_days = models.PositiveSmallIntegerField(default=1)
+    first_failure_at = models.DateTimeField(default=timezone.now)
+    last_failure_day = models.DateField()
+    unavailable_since = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name

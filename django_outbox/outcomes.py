@@ -16,6 +16,15 @@ def permanent_status(status: int) -> bool:
     return status == 501 or (400 <= status < 500 and status not in (401, 408, 429))
 
 
+def server_failed(status: int | None) -> bool:
+    """Whether an answer says the server is not working: none, 5xx, 408 or 429.
+
+    Only these count towards a circuit breaker and a host's failure days; an
+    answer that will not change (a 404, a 410) is the server working.
+    """
+    return status is None or status >= 500 or status in (408, 429)
+
+
 class Kind(StrEnum):
     """How an attempt ended, which decides the row's next state."""
 

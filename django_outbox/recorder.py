@@ -16,6 +16,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -26,9 +27,10 @@ from django.utils import timezone
 from django_outbox.backoff import Decision, held_until, next_attempt
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
+from django_outbox.hosts import record_failures, record_successes
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
 from django_outbox.ordering import promote_successors
-from django_outbox.outcomes import Kind, Outcome
+from django_outbox.outcomes import Kind, Outcome, server_failed
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled, send_logged
 
 logger = logging.getLogger("django_outbox.recorder")
@@ -139,10 +141,17 @@ def apply_outcomes(outcomes: list[Outcome]) -> _Effects:
     )
     by_id = {row.pk: row for row in rows.filter(id__in=[o.delivery_id for o in outcomes])}
     groups: dict[tuple[str, tuple[tuple[str, Any], ...]], list[int]] = defaultdict(list)
+    succeeded: set[str] = set()
+    failing: set[str] = set()
     for outcome in outcomes:
         row = by_id.get(outcome.delivery_id)
         if row is None or row.claimed_by != outcome.token or row.state != DeliveryState.SENDING:
             continue
+        outcome = _unless_sender_gone(row, outcome)
+        if outcome.kind is Kind.DELIVERED:
+            succeeded.add(row.host)
+        elif outcome.kind is Kind.RETRY and server_failed(outcome.status):
+            failing.add(row.host)
         fields = _fields_for(row, outcome, now, effects)
         groups[(outcome.token, tuple(sorted(fields.items(), key=lambda i: i[0])))].append(row.pk)
         for name, value in fields.items():
@@ -182,7 +191,20 @@ def apply_outcomes(outcomes: list[Outcome]) -> _Effects:
             Delivery.objects.filter(
                 id__in=ids, claimed_by=token, state=DeliveryState.SENDING
             ).update(**dict(items))
+        record_successes(succeeded)
+        record_failures(failing - succeeded)
     return effects
+
+
+def _unless_sender_gone(row: Delivery, outcome: Outcome) -> Outcome:
+    """``outcome`` as a refusal when its status is one after which the sender may be
+    gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and the key resolver says it is."""
+    if outcome.kind is not Kind.RETRY or outcome.status not in conf.SENDER_GONE_STATUSES:
+        return outcome
+    gone = getattr(conf.KEY_RESOLVER, "gone", None)
+    if gone is None or not gone(row.message.sender):
+        return outcome
+    return replace(outcome, kind=Kind.REFUSED, error=f"{outcome.error}; the sender is gone")
 
 
 def give_up_rows(ids: Iterable[int], reason: str, *, deadline: bool = False) -> int:

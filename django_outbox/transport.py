@@ -41,7 +41,13 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTime
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import SSLError as Urllib3SSLError
 
-from django_outbox._transport_pool import Entry, PinnedRequest, PinningAdapter, watchdog
+from django_outbox._transport_pool import (
+    Entry,
+    PinnedRequest,
+    PinningAdapter,
+    shared_ssl_context,
+    watchdog,
+)
 from django_outbox.addresses import (
     BlockedAddress,
     IPNetwork,
@@ -201,8 +207,7 @@ class Transport:
         self._resolver = resolver
         self._dns_ttl = dns_ttl
         self._dns: dict[tuple[str, int], tuple[float, list[str]]] = {}
-        context = ssl.create_default_context(cafile=ca_bundle)
-        self._adapter_args = (context, max_pools, pool_per_host)
+        self._adapter_args = (shared_ssl_context(ca_bundle), max_pools, pool_per_host)
         self._adapter = PinningAdapter(*self._adapter_args)
         self._pid = os.getpid()
 

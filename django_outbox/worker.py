@@ -19,16 +19,11 @@ from collections.abc import Iterable, Sequence
 from django.utils import timezone
 
 from django_outbox.attempt import Job, MessageData, perform
-from django_outbox.breakers import (
-    BreakerPolicy,
-    BreakerStore,
-    MemoryBreakerStore,
-    redis_store_for_cache,
-)
 from django_outbox.claims import Claimed, claim, new_token, not_yet_due
 from django_outbox.conf import conf
 from django_outbox.dispatch import mark_and_publish
 from django_outbox.engine import Engine
+from django_outbox.hosts import breaker_policy, breaker_store, unavailable_hosts
 from django_outbox.keys import SenderKey
 from django_outbox.models import Delivery, DeliveryState, Lane, Message
 from django_outbox.outcomes import Kind, Outcome
@@ -55,16 +50,8 @@ class WorkerProcess:
             allowed_networks=conf.ALLOWED_NETWORKS,
             ca_bundle=conf.CA_BUNDLE,
         )
-        self.breakers: BreakerStore = (
-            redis_store_for_cache(conf.BREAKER_CACHE)
-            if conf.BREAKER_CACHE
-            else MemoryBreakerStore()
-        )
-        self.policy = (
-            BreakerPolicy(threshold=conf.BREAKER_THRESHOLD, cool_off=conf.BREAKER_COOL_OFF)
-            if conf.BREAKER_THRESHOLD > 0
-            else None
-        )
+        self.breakers = breaker_store()
+        self.policy = breaker_policy()
         self.engine: Engine[Job] = Engine(
             self._send,
             host_of=lambda job: job.claimed.host,
@@ -177,12 +164,17 @@ def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
         return later
     messages = process.messages(c.message_id for c in claimed)
     now = timezone.now()
+    unavailable = unavailable_hosts()
+    skip = conf.SKIP_UNAVAILABLE
     jobs: list[Job] = []
     for row in claimed:
         message = messages[row.message_id]
         key = process.key_for(message.sender)
         if message.deadline is not None and message.deadline <= now:
             process.recorder.put(Outcome(row.id, token, Kind.EXPIRED))
+        elif row.host in unavailable and skip(row.inbox, message.activity_type):
+            error = f"skipped: {row.host} is marked unavailable"
+            process.recorder.put(Outcome(row.id, token, Kind.SKIPPED, error=error))
         elif key is None:
             error = f"the key resolver no longer has a key for {message.sender}"
             process.recorder.put(Outcome(row.id, token, Kind.REFUSED, error=error))

@@ -25,7 +25,7 @@ from django_outbox.transport import (
     TransportError,
     retry_after_seconds,
 )
-from testproject.inbox_servers import Behaviour, InboxServer
+from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
 
 trustme = pytest.importorskip("trustme")
 
@@ -163,7 +163,7 @@ def test_hang_up_without_answer_is_a_protocol_failure(transport: Transport) -> N
     thread = threading.Thread(target=serve)
     thread.start()
     try:
-        with pytest.raises(ProtocolFailed, match="closed connection without response"):
+        with pytest.raises(ProtocolFailed, match=r"closed connection without response|reset"):
             transport.post(f"http://127.0.0.1:{listener.getsockname()[1]}/", JSON, b"{}")
     finally:
         thread.join(10)
@@ -346,6 +346,21 @@ def test_many_threads_only_the_slow_requests_time_out(server: InboxServer) -> No
     assert len(results) == 8 * 40 + 3
     assert len(failures) == 3 and all(isinstance(f, TimedOut) for f in failures)
     assert all(r.status == 202 for r in results if isinstance(r, Response))
+
+
+def test_server_farm_hosts_are_distinct_addresses() -> None:
+    transport = make_transport(total_timeout=0.3)
+    with ServerFarm(20, silent_fraction=0.1, behaviour=Behaviour(statuses=(201,))) as farm:
+        urls, silent = farm.urls(), {server.url() for server in farm.silent}
+        assert len({url.split("//")[1].split(":")[0] for url in urls}) == 20
+        assert len(silent) == 2
+        for url in urls:
+            if url in silent:
+                with pytest.raises(TimedOut):
+                    transport.post(url, JSON, b"{}")
+            else:
+                assert transport.post(url, JSON, b"{}").status == 201
+        assert farm.request_count() == 20
 
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
