@@ -56,6 +56,8 @@ def record_successes(hosts: Iterable[str]) -> None:
     names = set(hosts)
     if names:
         Host.objects.filter(name__in=names).delete()
+        if names & _unavailable[0]:
+            forget_cached()
 
 
 def record_failures(hosts: Iterable[str]) -> None:

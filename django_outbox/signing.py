@@ -159,10 +159,14 @@ def sign_headers(
         return headers
     headers["Content-Digest"] = f"sha-256=:{digest_b64}:"
     headers.update(extra.values())
-    request = _Request(verb, f"{url_scheme}://{host}{target}", headers)
+    # The signer reads only covered fields, so it is shown only those (less for it
+    # to normalise); it adds Signature-Input and Signature to them.
+    covered = {"Content-Digest": headers["Content-Digest"]}
+    covered.update(extra[name] for name in covered_extra)
+    request = _Request(verb, f"{url_scheme}://{host}{target}", covered)
     try:
-        # Writes Signature-Input and Signature into ``headers``.  With an existing
-        # Content-Digest and no body, the library only checks the digest's format.
+        # With an existing Content-Digest and no body, the library only checks the
+        # digest's format; it does not hash the body again.
         _rfc9421_signer(key.key_id, private_key).sign(
             request,
             key_id=key.key_id,
@@ -173,6 +177,8 @@ def sign_headers(
         )
     except Exception as exc:  # Library and OpenSSL failures alike.
         raise SigningError(f"signing failed: {exc}") from exc
+    headers["Signature-Input"] = covered["Signature-Input"]
+    headers["Signature"] = covered["Signature"]
     return headers
 
 

@@ -64,7 +64,12 @@ class WorkerProcess:
         self._lock = threading.Lock()
 
     def _send(self, job: Job) -> None:
-        self.recorder.put(perform(job, self.transport, self.breakers, self.policy))
+        try:
+            outcome = perform(job, self.transport, self.breakers, self.policy)
+        except Exception as error:  # noqa: BLE001 - the row must hear of any failure
+            logger.exception("delivery %s failed unexpectedly", job.claimed.id)
+            outcome = Outcome(job.claimed.id, job.token, Kind.RETRY, error=f"internal: {error!r}")
+        self.recorder.put(outcome)
 
     def messages(self, ids: Iterable[int]) -> dict[int, MessageData]:
         """The messages with ``ids``, from memory or one query."""

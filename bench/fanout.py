@@ -1,0 +1,71 @@
+"""Fan-out call: how long ``outbox.send`` takes to return for many inboxes (PostgreSQL).
+
+Timed in this process, in autocommit mode (no transaction around the call), so the
+figure holds everything a view pays: validating the inboxes, resolving the key,
+inserting the message (and, up to ``OUTBOX_INLINE_FANOUT`` = 500 inboxes, the delivery
+rows), the COMMIT, and the on-commit publish to Redis (one ``expand`` message above
+500 inboxes, one ``deliver`` message per 50 ids below).  No worker runs.
+
+Then the expansion a worker would do next (``django_outbox.fanout.expand``: write the
+delivery rows in slices and publish them) is timed in this process too, to show how
+soon after ``send`` returns the rows exist.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from bench.common import ACTOR, Env, activity, log, reset_state, summary
+
+
+def inboxes(count: int) -> list[str]:
+    """``count`` distinct inbox URLs on 5,000 made-up hosts (nothing is sent)."""
+    return [f"https://h{i % 5000}.example.net/users/u{i}/inbox" for i in range(count)]
+
+
+def one(env: Env, urls: list[str]) -> dict[str, float]:
+    """Time one ``send`` and then the expansion of what it stored."""
+    from django_outbox import outbox
+    from django_outbox.fanout import expand
+    from django_outbox.validation import clean_inboxes
+
+    reset_state(env)
+    t0 = time.perf_counter()
+    clean_inboxes(urls)
+    validate = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    message = outbox.send(ACTOR, activity(len(urls)), urls)
+    send = time.perf_counter() - t0
+    assert message is not None
+    t0 = time.perf_counter()
+    expand(message.pk)
+    expanded = time.perf_counter() - t0
+    return {"send_ms": 1000 * send, "validate_ms": 1000 * validate, "expand_s": expanded}
+
+
+def run(env: Env, quick: bool) -> dict[str, Any]:
+    """Each size ``repeats`` times; median/min/max of the send time and the expansion."""
+    from django_outbox import outbox
+
+    sizes = [500, 1000, 10_000] if quick else [500, 1000, 10_000, 100_000]
+    repeats = 1 if quick else 3
+    reset_state(env)
+    outbox.send(ACTOR, activity(), inboxes(10))  # warm up imports and connections
+    out: dict[str, Any] = {"sizes": {}}
+    for size in sizes:
+        urls = inboxes(size)
+        runs = [one(env, urls) for _ in range(repeats)]
+        figures = {
+            "send_ms": summary([r["send_ms"] for r in runs]),
+            "validate_ms": summary([r["validate_ms"] for r in runs]),
+            "expand_s": summary([r["expand_s"] for r in runs]),
+        }
+        out["sizes"][str(size)] = figures
+        log(
+            f"fanout {size}: send {figures['send_ms']['median']:.1f} ms "
+            f"(validation {figures['validate_ms']['median']:.1f} ms), "
+            f"expand {figures['expand_s']['median']:.2f} s"
+        )
+    reset_state(env)
+    return out

@@ -1,0 +1,114 @@
+"""Throughput scenarios: ``cpu-bound`` (instant 202s) and ``latency-bound`` (100 ms answers).
+
+Each run: empty tables and broker, start a fresh worker with the README's command
+(``celery -A testproject worker -Q outbox.priority,outbox``, default concurrency = 2
+prefork processes), call ``outbox.send`` for each activity back to back, and poll the
+database until every delivery is final.  Deliveries/s = delivered rows / (latest
+``finished_at`` - the time just before the first ``send``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from bench.common import (
+    ACTOR,
+    Env,
+    Farm,
+    Worker,
+    activity,
+    load_average,
+    log,
+    machine_busy,
+    reset_state,
+    summary,
+    wait_settled,
+)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A throughput workload: ``messages`` activities, each to one inbox per host."""
+
+    hosts: int
+    delay: float
+    messages: int
+    repeats: int
+    timeout: float
+
+    @property
+    def total(self) -> int:
+        """Deliveries per run."""
+        return self.hosts * self.messages
+
+
+def one_run(env: Env, farm: Farm, shape: Shape, settings: dict[str, Any]) -> dict[str, Any]:
+    """One timed run on a fresh worker; returns its figures."""
+    from django_outbox import outbox
+
+    reset_state(env)
+    inboxes = farm.inboxes(1)
+    with Worker(env, settings) as worker:
+        cpu_before, (busy0, total0) = worker.cpu_seconds(), machine_busy()
+        load = load_average()
+        t0 = time.time()
+        for n in range(shape.messages):
+            outbox.send(ACTOR, activity(n), inboxes)
+        sent = time.time() - t0
+        result = wait_settled(shape.total, shape.timeout)
+        busy1, total1 = machine_busy()
+        cpu = worker.cpu_seconds() - cpu_before
+        peak = worker.peak_rss_mb()
+    delivered = result["counts"].get("delivered", 0)
+    elapsed = (result["last_finished"] or time.time()) - t0
+    return {
+        "rate": delivered / elapsed if elapsed > 0 else 0.0,
+        "elapsed_s": elapsed,
+        "send_calls_s": sent,
+        "delivered": delivered,
+        "counts": result["counts"],
+        "complete": result["complete"],
+        "worker_cpu_ms_per_delivery": 1000 * cpu / max(1, delivered),
+        "machine_busy_fraction": (busy1 - busy0) / max(1e-9, total1 - total0),
+        "worker_peak_rss_mb": peak,
+        "load_before": load,
+    }
+
+
+def run(
+    env: Env, shape: Shape, settings: dict[str, Any] | None = None, label: str = ""
+) -> dict[str, Any]:
+    """``shape.repeats`` runs against one farm; the rate summary and every run."""
+    runs = []
+    with Farm(env, shape.hosts, delay=shape.delay) as farm:
+        for i in range(shape.repeats):
+            figures = one_run(env, farm, shape, settings or {})
+            log(
+                f"{label} run {i + 1}/{shape.repeats}: {figures['rate']:.0f} deliveries/s "
+                f"({figures['delivered']}/{shape.total} in {figures['elapsed_s']:.1f}s, "
+                f"worker {figures['worker_cpu_ms_per_delivery']:.2f} ms CPU/delivery)"
+            )
+            runs.append(figures)
+    return {
+        "shape": shape.__dict__,
+        "settings": settings or {},
+        "rate": summary([r["rate"] for r in runs]),
+        "runs": runs,
+        "farm_requests": farm.requests,
+    }
+
+
+def cpu_bound(env: Env, quick: bool) -> dict[str, Any]:
+    """20,000 deliveries: 100 activities x 200 hosts answering 202 at once."""
+    shape = Shape(hosts=200, delay=0.0, messages=10 if quick else 100, repeats=1 if quick else 3,
+                  timeout=240)
+    return run(env, shape, label="cpu-bound")
+
+
+def latency_bound(env: Env, quick: bool) -> dict[str, Any]:
+    """20,000 deliveries: 20 activities x 1,000 hosts answering after 100 ms."""
+    shape = Shape(hosts=1000, delay=0.1, messages=2 if quick else 20, repeats=1 if quick else 3,
+                  timeout=240)
+    return run(env, shape, label="latency-bound")

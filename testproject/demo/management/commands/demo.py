@@ -1,0 +1,452 @@
+"""``manage.py demo``: a fan-out to 2,000 loopback inboxes through a real Celery worker.
+
+Migrates, starts 40 inbox hosts on 127.0.0.x in this process (most answer 202,
+some fail first, one refuses, one wants RFC 9421 signatures, one never answers,
+one asks to come back later), starts ``celery -A testproject worker -Q
+outbox.priority,outbox`` on the same database and broker, sends one activity to
+every inbox in one transaction and a one-inbox priority send while that runs,
+shows progress, sweeps every few seconds (no beat runs), and prints what each
+kind of host ended up with.  Exits 0 when every delivery reached a final state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
+from django.db.models import Count, Max, Sum
+from django.db.models.functions import Coalesce
+
+from django_outbox import Batch, outbox
+from django_outbox.models import FINAL_STATES, Delivery, DeliveryState
+from testproject.demo.keys import ACTOR
+from testproject.demo.progress import ProgressLine, Snapshot, snapshot
+from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
+
+#: Settings of the worker (and of this process): quick retries so that the demo ends.
+DEMO_SETTINGS: dict[str, Any] = {
+    "OUTBOX_RETRY_BASE": 1.0,
+    "OUTBOX_RETRY_CAP": 4.0,
+    "OUTBOX_MAX_ATTEMPTS": 4,
+    "OUTBOX_CONNECT_TIMEOUT": 1.0,
+    "OUTBOX_TOTAL_TIMEOUT": 2.0,
+    "OUTBOX_LEASE_SECONDS": 30.0,
+    "OUTBOX_STOP_TIMEOUT": 3.0,
+    "OUTBOX_BREAKER_COOL_OFF": 3.0,
+}
+QUEUES = "outbox.priority,outbox"
+SWEEP_EVERY = 3.0
+POLL = float(os.environ.get("DEMO_POLL", "0.1"))
+
+
+@dataclass
+class Group:
+    """Hosts that behave alike, and what their deliveries should end as."""
+
+    label: str
+    expect: str
+    hosts: int
+    inboxes_per_host: int  # 0: share the inboxes the other groups leave
+    behaviour: Any  # Behaviour, or a function of the host's index giving one
+    servers: list[InboxServer] = field(default_factory=list)
+    inboxes: list[str] = field(default_factory=list)
+
+    def behaviour_for(self, index: int) -> Behaviour:
+        return self.behaviour(index) if callable(self.behaviour) else self.behaviour
+
+
+def groups(hosts: int) -> list[Group]:
+    """The demo's mix of hosts: all but eight are quick and healthy."""
+    special = [
+        Group("500, then 202", "delivered", 3, 8, Behaviour(statuses=(500, 202), delay=0.03)),
+        Group(
+            "429 Retry-After: 2, then 202",
+            "delivered",
+            1,
+            8,
+            Behaviour(statuses=(429, 202), headers={"Retry-After": "2"}, delay=0.03),
+        ),
+        Group(
+            "202 to RFC 9421 only (401 else)",
+            "delivered",
+            1,
+            40,
+            Behaviour.accept_only("rfc9421", delay=0.03),
+        ),
+        Group("202 after 0.5 s", "delivered", 1, 20, Behaviour(delay=0.5)),
+        Group("410 Gone", "refused", 1, 20, Behaviour(statuses=(410,), delay=0.03)),
+        Group("silent (times out)", "failed", 1, 2, Behaviour(silent=True)),
+    ]
+    quick = hosts - sum(g.hosts for g in special)
+    if quick < 1:
+        raise CommandError(f"--hosts must be at least {hosts - quick + 1}")
+    fast = Group(
+        "202 after 20-50 ms",
+        "delivered",
+        quick,
+        0,
+        lambda i: Behaviour(delay=0.02 + 0.005 * (i % 7)),
+    )
+    return [fast, *special]
+
+
+@contextmanager
+def farm_for(plan: list[Group]) -> Iterator[ServerFarm]:
+    farm = ServerFarm(sum(g.hosts for g in plan), record=False)
+    servers = iter(farm.servers)
+    for group in plan:
+        group.servers = [next(servers) for _ in range(group.hosts)]
+    with farm:
+        yield farm
+
+
+def spread_inboxes(plan: list[Group], total: int) -> list[str]:
+    """Give each group its inboxes (``/users/N/inbox`` on each host) and return them all,
+    shuffled as a real follower list would be."""
+    fixed = sum(g.hosts * g.inboxes_per_host for g in plan)
+    if total <= fixed:
+        raise CommandError(f"--inboxes must be more than {fixed}")
+    rest = [g for g in plan if not g.inboxes_per_host]
+    share = total - fixed
+    everything: list[str] = []
+    host_index = 0
+    for group in plan:
+        for i, server in enumerate(group.servers):
+            if group.inboxes_per_host:
+                count = group.inboxes_per_host
+            else:
+                hosts = sum(g.hosts for g in rest)
+                count = share // hosts + (1 if i < share % hosts else 0)
+            behaviour = group.behaviour_for(host_index)
+            host_index += 1
+            for n in range(1, count + 1):
+                path = f"/users/{n}/inbox"
+                server.behave(path, behaviour)
+                group.inboxes.append(server.url(path))
+        everything.extend(group.inboxes)
+    random.Random(42).shuffle(everything)
+    return everything
+
+
+def activity(kind: str, text: str) -> dict[str, Any]:
+    note = f"https://demo.example/notes/{uuid.uuid4()}"
+    return {
+        "@context": "https://www.w3.org/ns/activitystreams",
+        "id": f"{note}/activity",
+        "type": kind,
+        "actor": ACTOR,
+        "to": ["https://www.w3.org/ns/activitystreams#Public"],
+        "object": {"id": note, "type": "Note", "attributedTo": ACTOR, "content": text},
+    }
+
+
+def shown(path: Path) -> str:
+    with suppress(ValueError):
+        return str(path.relative_to(Path(settings.BASE_DIR)))
+    return str(path)
+
+
+class Worker:
+    """``celery -A testproject worker`` in a process group of its own."""
+
+    def __init__(self, run_dir: Path, concurrency: int) -> None:
+        self.log = run_dir / "worker.log"
+        env = dict(os.environ)
+        env.update(
+            OUTBOX_RUN_DIR=str(run_dir),
+            OUTBOX_SETTINGS_JSON=json.dumps({**DEMO_SETTINGS, **broker_overrides()}),
+            DJANGO_SETTINGS_MODULE="testproject.settings",
+            PYTHONPATH=os.pathsep.join(
+                p for p in (str(settings.BASE_DIR), env.get("PYTHONPATH", "")) if p
+            ),
+        )
+        if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+            env["OUTBOX_SQLITE"] = str(settings.DATABASES["default"]["NAME"])
+        self.command = ["celery", "-A", "testproject", "worker", "-Q", QUEUES, "-c", str(concurrency)]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", *self.command, "--loglevel=INFO"]
+            + ["--without-heartbeat", "--without-mingle", "--without-gossip"],
+            cwd=os.getcwd(),
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if b" ready." in self.log.read_bytes():
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.stop()
+        tail = self.log.read_text(errors="replace")[-3000:]
+        raise CommandError(f"the worker did not start (log {self.log}):\n{tail}")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """Warm shutdown (SIGTERM), then SIGKILL to its process group if it hangs."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(10)
+        return self.process.returncode
+
+
+def broker_overrides() -> dict[str, Any]:
+    """The filesystem transport polls its folder once a second by default, and a
+    worker with all its prefetch slots taken waits a whole poll for the next message:
+    ask it to look more often."""
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
+    if not settings.CELERY_BROKER_URL.startswith("filesystem:") or "polling_interval" in options:
+        return {}
+    return {"CELERY_BROKER_TRANSPORT_OPTIONS": {**options, "polling_interval": POLL}}
+
+
+def use_demo_settings() -> None:
+    for name, value in DEMO_SETTINGS.items():
+        setattr(settings, name, value)
+
+
+def keep_broker_files_in_run_dir(run_dir: Path) -> None:
+    """kombu's filesystem transport keeps its exchange tables in ``./control`` unless
+    told otherwise: work in the run directory so that they land there, for this
+    process and the worker alike."""
+    if settings.CELERY_BROKER_URL.startswith("filesystem:"):
+        options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
+        if "control_folder" not in options:
+            os.chdir(run_dir)
+
+
+class Command(BaseCommand):
+    help = "Deliver one activity to 2,000 loopback inboxes through a real Celery worker."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--inboxes", type=int, default=2000, help="fan-out size (2000)")
+        parser.add_argument("--hosts", type=int, default=40, help="inbox hosts (40)")
+        parser.add_argument("--concurrency", type=int, default=2, help="worker -c (2)")
+        parser.add_argument("--timeout", type=float, default=90.0, help="give up after (90 s)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        out = self.stdout._out  # the real stream: progress writes carriage returns
+        run_dir = Path(settings.RUN_DIR).resolve()
+        db = settings.DATABASES["default"]
+        where = (
+            f"SQLite {shown(Path(db['NAME']))}"
+            if db["ENGINE"].endswith("sqlite3")
+            else f"PostgreSQL {db['NAME']}"
+        )
+        broker = settings.CELERY_BROKER_URL.split("//")[0] + "//"
+        print(f"django_outbox demo: {where}, Celery broker {broker}, run dir {shown(run_dir)}")
+        keep_broker_files_in_run_dir(run_dir)
+        call_command("migrate", verbosity=0)
+        use_demo_settings()
+
+        plan = groups(options["hosts"])
+        with farm_for(plan) as farm:
+            inboxes = spread_inboxes(plan, options["inboxes"])
+            first, last = farm.servers[0].host, farm.servers[-1].host
+            print(
+                f"inbox servers: {len(farm.servers)} hosts on {first}-{last}, "
+                f"{len(inboxes):,} inboxes"
+            )
+            for group in plan:
+                print(
+                    f"  {group.hosts:>3} x {group.label:<32} {len(group.inboxes):>5,} inboxes"
+                    f"  -> expect {group.expect}"
+                )
+            worker = Worker(run_dir, options["concurrency"])
+            print(f"worker: {' '.join(worker.command)}  (log: {shown(worker.log)})")
+            print(f"worker settings: {json.dumps(DEMO_SETTINGS)}")
+            try:
+                worker.wait_ready()
+                ok = self.run(plan, farm, inboxes, worker, options["timeout"], out)
+            finally:
+                print("stopping the worker (SIGTERM) ...", end=" ", flush=True)
+                code = worker.stop()
+                print(f"exit {code}; stopping the inbox servers")
+        if not ok:
+            raise CommandError("some deliveries did not reach a final state in time")
+
+    def run(
+        self,
+        plan: list[Group],
+        farm: ServerFarm,
+        inboxes: list[str],
+        worker: Worker,
+        timeout: float,
+        out: Any,
+    ) -> bool:
+        from django_outbox.sweeper import sweep
+
+        sent_at = time.time()
+        started = time.monotonic()
+        with transaction.atomic():
+            fanout = outbox.send(
+                ACTOR,
+                activity("Create", "Hello, fediverse!"),
+                inboxes,
+                batch=Batch(tag="demo-fanout"),
+            )
+        assert fanout is not None
+        print(
+            f"\noutbox.send(): Create to {len(inboxes):,} inboxes, committed in "
+            f"{time.monotonic() - started:.2f} s (message #{fanout.pk}, lane {fanout.lane})\n"
+        )
+        expected = {fanout.pk: len(inboxes)}
+        progress = ProgressLine(out, started)
+        print(progress.header())
+        priority: dict[str, Any] = {}
+        next_sweep = started + SWEEP_EVERY
+        give_up = started + timeout
+        snap: Snapshot = snapshot(expected)
+        while True:
+            snap = snapshot(expected)
+            progress.show(snap)
+            if not priority and (
+                snap["delivered"] >= len(inboxes) // 4 or snap.at - started > 3.0
+            ):
+                priority = self.send_priority(farm, snap)
+                expected[priority["message"].pk] = 1
+                progress.note(
+                    f"  -> priority send (1 inbox) while {snap.live:,} fan-out deliveries "
+                    "are still live"
+                )
+            if priority and snap.final == sum(expected.values()):
+                break
+            if time.monotonic() > give_up:
+                progress.note(f"timed out after {timeout:.0f} s")
+                break
+            if not worker.alive():
+                progress.note(f"the worker exited ({worker.process.returncode}); see {worker.log}")
+                break
+            if time.monotonic() >= next_sweep:
+                next_sweep += SWEEP_EVERY
+                try:
+                    sweep()
+                except Exception as error:  # a locked SQLite file: next time
+                    progress.note(f"  (sweep skipped: {error})")
+            time.sleep(0.25)
+        progress.done(snap)
+        self.summary(plan, fanout.pk, sent_at, priority, len(inboxes))
+        return snap.final == sum(expected.values())
+
+    def send_priority(self, farm: ServerFarm, snap: Snapshot) -> dict[str, Any]:
+        server = farm.servers[0]
+        path = "/users/priority/inbox"
+        server.behave(path, Behaviour(delay=0.02))
+        at = time.time()
+        with transaction.atomic():
+            message = outbox.send(
+                ACTOR,
+                activity("Announce", "Reply to the one person who asked"),
+                [server.url(path)],
+                batch=Batch(tag="demo-priority"),
+            )
+        return {"message": message, "sent_at": at, "live": snap.live}
+
+    def summary(
+        self,
+        plan: list[Group],
+        message_id: int,
+        sent_at: float,
+        priority: dict[str, Any],
+        total: int,
+    ) -> None:
+        rows = Delivery.objects.filter(message_id=message_id)
+        by_inbox: dict[str, tuple[str, int]] = {
+            inbox: (state, attempts)
+            for inbox, state, attempts in rows.values_list("inbox", "state", "attempts")
+        }
+        head = (
+            f"{'host behaviour':<34}{'hosts':>6}{'inboxes':>8}{'delivered':>10}{'refused':>8}"
+            f"{'failed':>7}{'other':>6}{'attempts':>9}{'requests':>9}  expected"
+        )
+        print("\n" + head + "\n" + "-" * (len(head) + 2))
+        mismatches = []
+        for group in plan:
+            states: dict[str, int] = {}
+            attempts = 0
+            for inbox in group.inboxes:
+                state, spent = by_inbox.get(inbox, ("unwritten", 0))
+                states[state] = states.get(state, 0) + 1
+                attempts += spent
+            main = ("delivered", "refused", "failed")
+            other = sum(n for s, n in states.items() if s not in main)
+            requests = sum(server.request_count for server in group.servers)
+            good = states.get(group.expect, 0) == len(group.inboxes)
+            if not good:
+                mismatches.append(group.label)
+            print(
+                f"{group.label:<34}{group.hosts:>6}{len(group.inboxes):>8,}"
+                f"{states.get('delivered', 0):>10,}{states.get('refused', 0):>8,}"
+                f"{states.get('failed', 0):>7,}{other:>6,}{attempts:>9,}{requests:>9,}"
+                f"  {'all ' + group.expect if good else 'NOT all ' + group.expect}"
+            )
+        totals = rows.order_by().aggregate(
+            attempts=Coalesce(Sum("attempts"), 0), last=Max("finished_at")
+        )
+        last_delivered = rows.filter(state=DeliveryState.DELIVERED).aggregate(
+            at=Max("finished_at")
+        )["at"]
+        states = dict(rows.order_by().values_list("state").annotate(n=Count("id")))
+        delivered = states.get(DeliveryState.DELIVERED, 0)
+        print()
+        print(
+            f"fan-out: {total:,} inboxes -> {delivered:,} delivered, "
+            f"{states.get(DeliveryState.REFUSED, 0):,} refused, "
+            f"{states.get(DeliveryState.FAILED, 0):,} failed, "
+            f"{total - sum(states.get(s, 0) for s in FINAL_STATES):,} not final; "
+            f"{totals['attempts']:,} attempts"
+        )
+        if last_delivered is not None and delivered:
+            span = last_delivered.timestamp() - sent_at
+            finished = [
+                t.timestamp() - sent_at
+                for t in rows.filter(state=DeliveryState.DELIVERED).values_list(
+                    "finished_at", flat=True
+                )
+            ]
+            finished.sort()
+            p50, p95 = finished[len(finished) // 2], finished[int(len(finished) * 0.95) - 1]
+            print(
+                f"end-to-end: {delivered:,} delivered {span:.1f} s after send -> "
+                f"{delivered / span:,.0f} deliveries/s (half were in by {p50:.1f} s, "
+                f"95% by {p95:.1f} s)"
+            )
+        if priority:
+            row = Delivery.objects.filter(message=priority["message"]).first()
+            if row is not None and row.state == DeliveryState.DELIVERED and row.finished_at:
+                took = row.finished_at.timestamp() - priority["sent_at"]
+                print(
+                    f"priority send: delivered {took:.2f} s after send, overtaking "
+                    f"{priority['live']:,} live fan-out deliveries (lane {row.lane})"
+                )
+            elif row is not None:
+                print(f"priority send: {row.state} ({row.last_error or 'no error'})")
+        if mismatches:
+            print(f"UNEXPECTED outcomes for: {', '.join(mismatches)}")
