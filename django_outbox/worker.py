@@ -66,7 +66,7 @@ class WorkerProcess:
     def _send(self, job: Job) -> None:
         try:
             outcome = perform(job, self.transport, self.breakers, self.policy)
-        except Exception as error:  # noqa: BLE001 - the row must hear of any failure
+        except Exception as error:
             logger.exception("delivery %s failed unexpectedly", job.claimed.id)
             outcome = Outcome(job.claimed.id, job.token, Kind.RETRY, error=f"internal: {error!r}")
         self.recorder.put(outcome)

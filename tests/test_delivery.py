@@ -188,9 +188,13 @@ def test_a_retry_that_would_pass_the_deadline_is_given_up(
 
 
 def test_a_rolled_back_view_sends_nothing(worker: Worker, inbox_server: InboxServer) -> None:
-    with pytest.raises(RuntimeError), transaction.atomic():
-        outbox.send(ACTOR, NOTE, [inbox_server.url()])
-        raise RuntimeError("the view failed")
+    def view() -> None:
+        with transaction.atomic():
+            outbox.send(ACTOR, NOTE, [inbox_server.url()])
+            raise RuntimeError("the view failed")
+
+    with pytest.raises(RuntimeError):
+        view()
     time.sleep(2)
     assert inbox_server.requests() == []
     assert Delivery.objects.count() == 0
