@@ -94,7 +94,7 @@ class MessageAdmin(ReadOnlyAdmin):
                 DeliveryState.WAITING,
             )
         )
-        return (
+        queryset: QuerySet[Message] = (
             super()
             .get_queryset(request)
             .defer("body", "pending_inboxes")
@@ -104,6 +104,7 @@ class MessageAdmin(ReadOnlyAdmin):
                 failed=Count("deliveries", filter=Q(deliveries__state=DeliveryState.FAILED)),
             )
         )
+        return queryset
 
     @admin.display(description="progress")
     def progress(self, obj: Any) -> str:

@@ -58,7 +58,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             errors.append(
                 Error(f"OUTBOX_{name} must be a positive number.", id="django_outbox.E006")
             )
-    engine = settings.DATABASES.get("default", {}).get("ENGINE", "")
+    engine = str(settings.DATABASES.get("default", {}).get("ENGINE", ""))
     if not settings.DEBUG and engine.endswith("sqlite3"):
         errors.append(
             Warning(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django.utils import timezone
 
@@ -41,9 +42,8 @@ def publish(lanes: dict[str, list[int]], countdown: float | None = None) -> bool
         with deliver.app.producer_or_acquire() as producer:
             for lane, ids in lanes.items():
                 for chunk in chunked(ids, size):
-                    deliver.apply_async(
-                        (chunk,), queue=lane, countdown=countdown, producer=producer
-                    )
+                    options: dict[str, Any] = {"countdown": countdown} if countdown else {}
+                    deliver.apply_async((chunk,), queue=lane, producer=producer, **options)
                     sent.extend(chunk)
     except Exception:
         published = set(sent)

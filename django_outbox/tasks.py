@@ -36,14 +36,14 @@ def outage_pause(retries: int) -> float:
     return min(60.0, 2.0**retries) * (0.5 + random.random() / 2)
 
 
-class OutboxTask(Task):  # type: ignore[misc]
+class OutboxTask(Task):  # type: ignore[type-arg]
     """A task whose automatic retries take their delay and ids from :class:`RetryLater`."""
 
     def retry(  # type: ignore[override]
         self,
-        args: Sequence[Any] | None = None,
+        args: tuple[Any, ...] | None = None,
         kwargs: dict[str, Any] | None = None,
-        exc: BaseException | None = None,
+        exc: Exception | None = None,
         **options: Any,
     ) -> Any:
         if isinstance(exc, RetryLater):
