@@ -25,11 +25,11 @@ from bench.common import (
     Farm,
     Worker,
     activity,
-    load_average,
     log,
     machine_busy,
     reset_state,
     summary,
+    wait_quiet,
 )
 
 BARE_PROCESSES = 2
@@ -68,8 +68,13 @@ def _bare_process(
         session = requests.Session()
         for url in urls[index::threads]:
             headers = sign_headers(
-                Scheme.CAVAGE, key, method="POST", url=url, body=body,
-                content_type=CONTENT_TYPE, body_sha256=digest,
+                Scheme.CAVAGE,
+                key,
+                method="POST",
+                url=url,
+                body=body,
+                content_type=CONTENT_TYPE,
+                body_sha256=digest,
             )
             response = session.post(url, data=body, headers=headers, timeout=(5, 30))
             accepted[index] += 200 <= response.status_code < 300
@@ -89,13 +94,15 @@ def bare_once(urls: list[str], processes: int, threads: int) -> dict[str, Any]:
     ctx = multiprocessing.get_context("spawn")
     go, out = ctx.Event(), ctx.Queue()
     procs = [
-        ctx.Process(target=_bare_process,
-                    args=(urls[i::processes], threads, key_id, pem, body, go, out))
+        ctx.Process(
+            target=_bare_process, args=(urls[i::processes], threads, key_id, pem, body, go, out)
+        )
         for i in range(processes)
     ]
     for proc in procs:
         proc.start()
     time.sleep(2.0)  # let the spawned interpreters import and parse the key
+    busy = wait_quiet()
     busy0, total0 = machine_busy()
     t0 = time.monotonic()
     go.set()
@@ -109,6 +116,7 @@ def bare_once(urls: list[str], processes: int, threads: int) -> dict[str, Any]:
         "accepted": accepted,
         "elapsed_s": elapsed,
         "machine_busy_fraction": (busy1 - busy0) / max(1e-9, total1 - total0),
+        "busy_before": busy,
     }
 
 
@@ -120,7 +128,6 @@ def bare(env: Env, quick: bool) -> dict[str, Any]:
         urls = farm.inboxes(per_host)
         for i in range(repeats):
             figures = bare_once(urls, BARE_PROCESSES, BARE_THREADS)
-            figures["load_before"] = load_average()
             log(f"bare run {i + 1}/{repeats}: {figures['rate']:.0f} deliveries/s")
             runs.append(figures)
     return {
@@ -144,11 +151,13 @@ def naive_once(env: Env, urls: list[str], cached: bool, timeout: float) -> dict[
     client = redis.Redis.from_url(env.redis_url)
     reset_state(env)
     with Worker(env, queues="bench.naive", imports=["bench.naive_task"]) as worker:
+        busy = wait_quiet()
         cpu0 = worker.cpu_seconds()
         t0 = time.time()
         for url in urls:
-            app.send_task("bench.naive_deliver", (url, text, key_id, pem, cached),
-                          queue="bench.naive")
+            app.send_task(
+                "bench.naive_deliver", (url, text, key_id, pem, cached), queue="bench.naive"
+            )
         enqueue = time.time() - t0
         deadline = time.monotonic() + timeout
         done = 0
@@ -167,6 +176,7 @@ def naive_once(env: Env, urls: list[str], cached: bool, timeout: float) -> dict[
         "enqueue_s": enqueue,
         "complete": done >= len(urls),
         "worker_cpu_ms_per_delivery": 1000 * cpu / max(1, done),
+        "busy_before": busy,
     }
 
 
@@ -183,6 +193,9 @@ def naive(env: Env, quick: bool) -> dict[str, Any]:
                 figures = naive_once(env, urls, cached, timeout=120)
                 log(f"{label} run {i + 1}/{repeats}: {figures['rate']:.0f} deliveries/s")
                 runs.append(figures)
-            out[label] = {"deliveries": len(urls), "rate": summary([r["rate"] for r in runs]),
-                          "runs": runs}
+            out[label] = {
+                "deliveries": len(urls),
+                "rate": summary([r["rate"] for r in runs]),
+                "runs": runs,
+            }
     return out

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from bench.common import ACTOR, Env, activity, log, reset_state, summary
+from bench.common import ACTOR, Env, activity, log, reset_state, summary, wait_quiet
 
 
 def inboxes(count: int) -> list[str]:
@@ -31,6 +31,7 @@ def one(env: Env, urls: list[str]) -> dict[str, float]:
     from django_outbox.validation import clean_inboxes
 
     reset_state(env)
+    busy = wait_quiet()
     t0 = time.perf_counter()
     clean_inboxes(urls)
     validate = time.perf_counter() - t0
@@ -41,7 +42,12 @@ def one(env: Env, urls: list[str]) -> dict[str, float]:
     t0 = time.perf_counter()
     expand(message.pk)
     expanded = time.perf_counter() - t0
-    return {"send_ms": 1000 * send, "validate_ms": 1000 * validate, "expand_s": expanded}
+    return {
+        "send_ms": 1000 * send,
+        "validate_ms": 1000 * validate,
+        "expand_s": expanded,
+        "busy_before": busy,
+    }
 
 
 def run(env: Env, quick: bool) -> dict[str, Any]:
@@ -60,6 +66,7 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
             "send_ms": summary([r["send_ms"] for r in runs]),
             "validate_ms": summary([r["validate_ms"] for r in runs]),
             "expand_s": summary([r["expand_s"] for r in runs]),
+            "busy_before": [r["busy_before"] for r in runs],
         }
         out["sizes"][str(size)] = figures
         log(

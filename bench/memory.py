@@ -25,6 +25,7 @@ from bench.common import (
     log,
     reset_state,
     state_counts,
+    wait_quiet,
 )
 
 HOSTS = 200
@@ -52,6 +53,7 @@ def one(env: Env, farm: Farm, size: int, timeout: float) -> dict[str, Any]:
     message = outbox.send(ACTOR, activity(0), farm.inboxes(size // HOSTS))
     assert message is not None
     expand(message.pk)
+    busy = wait_quiet()
     samples: list[tuple[float, int, float]] = []
     with Worker(env) as worker:
         start_rss = worker.rss_mb()
@@ -79,6 +81,7 @@ def one(env: Env, farm: Farm, size: int, timeout: float) -> dict[str, Any]:
         "pss_end_mb": pss,
         "rss_at_10k_delivered_mb": at_10k,
         "samples": samples,
+        "busy_before": busy,
     }
 
 

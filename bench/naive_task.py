@@ -72,8 +72,9 @@ def naive_deliver(inbox: str, body: str, key_id: str, key_pem: str, cached: bool
         key = serialization.load_pem_private_key(key_pem.encode(), None)
         post = requests.post
     data = body.encode()
-    response = post(inbox, data=data, headers=cavage_headers(key, key_id, inbox, data),
-                    timeout=(5, 30))
+    response = post(
+        inbox, data=data, headers=cavage_headers(key, key_id, inbox, data), timeout=(5, 30)
+    )
     pipe = _redis().pipeline()
     pipe.incr("bench:naive:done")
     pipe.set("bench:naive:last", repr(time.time()))

@@ -27,20 +27,26 @@ from bench.common import (
     RecordingInbox,
     Worker,
     activity,
-    load_average,
     log,
     percentile,
     reset_state,
     state_counts,
     summary,
+    wait_quiet,
 )
 
 HOSTS = 200
 
 
 def one_round(
-    env: Env, farm: Farm, inbox: RecordingInbox, bulk: int, sends: int, gap: float,
-    queues: str, timeout: float,
+    env: Env,
+    farm: Farm,
+    inbox: RecordingInbox,
+    bulk: int,
+    sends: int,
+    gap: float,
+    queues: str,
+    timeout: float,
 ) -> dict[str, Any]:
     """Start a worker, launch the fan-out, time ``sends`` one-inbox sends during it."""
     from django_outbox import outbox
@@ -50,7 +56,7 @@ def one_round(
     backlog: list[int] = []
     lost = 0
     with Worker(env, queues=queues) as worker:
-        load = load_average()
+        busy = wait_quiet()
         outbox.send(ACTOR, activity(0), farm.inboxes(bulk // HOSTS))
         time.sleep(1.0)  # let the expansion start and the workers fill up
         stamp = time.time_ns()
@@ -78,7 +84,7 @@ def one_round(
         "max_s": max(latencies) if latencies else None,
         "min_bulk_waiting": min(backlog) if backlog else 0,
         "worker_peak_rss_mb": peak,
-        "load_before": load,
+        "busy_before": busy,
     }
 
 

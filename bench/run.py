@@ -21,9 +21,16 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import baselines, fanout, memory, priority, throughput  # noqa: E402
-from bench.common import RESULTS_DIR, Env, log, machine, save_json, setup_django  # noqa: E402
-from bench.common import start_services  # noqa: E402
+from bench import baselines, fanout, memory, priority, throughput
+from bench.common import (
+    RESULTS_DIR,
+    Env,
+    log,
+    machine,
+    save_json,
+    setup_django,
+    start_services,
+)
 
 Scenario = Callable[[Env, bool], dict[str, Any]]
 
@@ -42,8 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the chosen scenarios and save (and for a full run, report) the results."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, one repeat")
-    parser.add_argument("--only", nargs="+", choices=sorted(SCENARIOS), metavar="NAME",
-                        help=f"run only these: {', '.join(SCENARIOS)}")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=sorted(SCENARIOS),
+        metavar="NAME",
+        help=f"run only these: {', '.join(SCENARIOS)}",
+    )
     parser.add_argument("--no-report", action="store_true", help="do not touch docs/")
     options = parser.parse_args(argv)
     names = options.only or list(SCENARIOS)

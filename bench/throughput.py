@@ -19,11 +19,11 @@ from bench.common import (
     Farm,
     Worker,
     activity,
-    load_average,
     log,
     machine_busy,
     reset_state,
     summary,
+    wait_quiet,
     wait_settled,
 )
 
@@ -52,7 +52,7 @@ def one_run(env: Env, farm: Farm, shape: Shape, settings: dict[str, Any]) -> dic
     inboxes = farm.inboxes(1)
     with Worker(env, settings) as worker:
         cpu_before, (busy0, total0) = worker.cpu_seconds(), machine_busy()
-        load = load_average()
+        busy = wait_quiet()
         t0 = time.time()
         for n in range(shape.messages):
             outbox.send(ACTOR, activity(n), inboxes)
@@ -73,7 +73,7 @@ def one_run(env: Env, farm: Farm, shape: Shape, settings: dict[str, Any]) -> dic
         "worker_cpu_ms_per_delivery": 1000 * cpu / max(1, delivered),
         "machine_busy_fraction": (busy1 - busy0) / max(1e-9, total1 - total0),
         "worker_peak_rss_mb": peak,
-        "load_before": load,
+        "busy_before": busy,
     }
 
 
@@ -102,13 +102,15 @@ def run(
 
 def cpu_bound(env: Env, quick: bool) -> dict[str, Any]:
     """20,000 deliveries: 100 activities x 200 hosts answering 202 at once."""
-    shape = Shape(hosts=200, delay=0.0, messages=10 if quick else 100, repeats=1 if quick else 3,
-                  timeout=240)
+    shape = Shape(
+        hosts=200, delay=0.0, messages=10 if quick else 100, repeats=1 if quick else 3, timeout=240
+    )
     return run(env, shape, label="cpu-bound")
 
 
 def latency_bound(env: Env, quick: bool) -> dict[str, Any]:
     """20,000 deliveries: 20 activities x 1,000 hosts answering after 100 ms."""
-    shape = Shape(hosts=1000, delay=0.1, messages=2 if quick else 20, repeats=1 if quick else 3,
-                  timeout=240)
+    shape = Shape(
+        hosts=1000, delay=0.1, messages=2 if quick else 20, repeats=1 if quick else 3, timeout=240
+    )
     return run(env, shape, label="latency-bound")

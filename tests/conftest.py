@@ -151,3 +151,31 @@ def inbox_server() -> Iterator[Any]:
 
     with InboxServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def chaos_broker(django_db_setup: None) -> Iterator[Any]:
+    """A private ``redis-server`` that the chaos tests may flush, stop and restart."""
+    from tests.chaos import RedisServer
+
+    server = RedisServer(Path(settings.RUN_DIR) / f"chaos-redis-{os.getpid()}").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def chaos_workers(chaos_broker: Any) -> Iterator[Any]:
+    """Chaos workers on the private broker, which this process publishes to meanwhile."""
+    from django.test import override_settings
+
+    from tests.chaos import IN_PROCESS_SETTINGS, Workers, publishing_to
+
+    if chaos_broker.process is None:
+        chaos_broker.start()
+    chaos_broker.client().flushall()
+    workers = Workers(chaos_broker.url)
+    with override_settings(**IN_PROCESS_SETTINGS), publishing_to(chaos_broker.url):
+        try:
+            yield workers
+        finally:
+            workers.close()

@@ -161,6 +161,18 @@ def shown(path: Path) -> str:
     return str(path)
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _die_with_parent() -> None:
+    """In the worker, before exec: get SIGTERM when the demo process dies (Linux)."""
+    with suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class Worker:
     """``celery -A testproject worker`` in a process group of its own."""
 
@@ -187,6 +199,7 @@ class Worker:
             stdout=self.log.open("w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
 
     def wait_ready(self, timeout: float = 60.0) -> None:
@@ -252,6 +265,9 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=90.0, help="give up after (90 s)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # SIGTERM (and a closed pipe) end the demo through the cleanup in ``finally``.
+        signal.signal(signal.SIGTERM, _exit_on_signal)
+        signal.signal(signal.SIGHUP, _exit_on_signal)
         out = self.stdout._out  # the real stream: progress writes carriage returns
         run_dir = Path(settings.RUN_DIR).resolve()
         db = settings.DATABASES["default"]
@@ -282,13 +298,15 @@ class Command(BaseCommand):
             worker = Worker(run_dir, options["concurrency"])
             print(f"worker: {' '.join(worker.command)}  (log: {shown(worker.log)})")
             print(f"worker settings: {json.dumps(DEMO_SETTINGS)}")
+            stopped = time.monotonic()
             try:
                 worker.wait_ready()
                 ok = self.run(plan, farm, inboxes, worker, options["timeout"], out)
+                print("stopping the worker (SIGTERM) and the inbox servers ...", end=" ")
+                stopped = time.monotonic()
             finally:
-                print("stopping the worker (SIGTERM) ...", end=" ", flush=True)
-                code = worker.stop()
-                print(f"exit {code}; stopping the inbox servers")
+                code = worker.stop()  # first: whatever went wrong, leave no worker behind
+            print(f"worker exit {code} after {time.monotonic() - stopped:.1f} s")
         if not ok:
             raise CommandError("some deliveries did not reach a final state in time")
 
