@@ -8,7 +8,8 @@ no database: the recorder saves the outcome.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from urllib.parse import urlsplit
 
@@ -39,6 +40,7 @@ class MessageData:
     content_type: str
     deadline: datetime | None
     activity_type: str
+    synchronize_collection: bool
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Job:
     token: str
     message: MessageData
     key: SenderKey
+    extra_headers: Mapping[str, str] = field(default_factory=dict)
 
 
 def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
@@ -60,6 +63,8 @@ def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
         body=job.message.body,
         content_type=job.message.content_type,
         body_sha256=job.message.body_sha256,
+        extra_headers=job.extra_headers,
+        covered_extra=tuple(name.lower() for name in job.extra_headers),
     )
     return transport.post(url, headers, job.message.body)
 

@@ -75,8 +75,7 @@ def claim(ids: Sequence[int], token: str) -> list[Claimed]:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     return [
-        Claimed(row[0], row[1], row[2], row[3], _json_list(row[4]), row[5], row[6])
-        for row in rows
+        Claimed(row[0], row[1], row[2], row[3], _json_list(row[4]), row[5], row[6]) for row in rows
     ]
 
 

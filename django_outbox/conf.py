@@ -207,6 +207,11 @@ class Settings:
         return predicate
 
     @property
+    def COLLECTION_SYNCHRONIZATION(self) -> Callable[[str, str], str | None] | None:
+        """Callable ``(sender, inbox)`` returning a FEP-8fcf header value, or ``None``."""
+        return _callable("OUTBOX_COLLECTION_SYNCHRONIZATION", None)
+
+    @property
     def BREAKER_THRESHOLD(self) -> int:
         """Failures in a row that open a destination's circuit breaker (0: no breaker)."""
         return int(_get("OUTBOX_BREAKER_THRESHOLD", 10))

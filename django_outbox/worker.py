@@ -79,7 +79,14 @@ class WorkerProcess:
         missing = wanted - found.keys()
         if missing:
             for row in Message.objects.filter(id__in=missing).values_list(
-                "id", "sender", "body", "body_sha256", "content_type", "deadline", "activity_type"
+                "id",
+                "sender",
+                "body",
+                "body_sha256",
+                "content_type",
+                "deadline",
+                "activity_type",
+                "synchronize_collection",
             ):
                 data = MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:])
                 found[data.id] = data
@@ -150,6 +157,15 @@ def release(claims: Sequence[tuple[Claimed, str]]) -> None:
         mark_and_publish(by_lane)
 
 
+def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:
+    """The FEP-8fcf header for this delivery, when its batch asked for one."""
+    write = conf.COLLECTION_SYNCHRONIZATION
+    if not message.synchronize_collection or write is None:
+        return {}
+    value = write(message.sender, inbox)
+    return {"Collection-Synchronization": value} if value else {}
+
+
 def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
     """Claim ``ids`` and start sending them.
 
@@ -184,7 +200,7 @@ def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
             error = f"the key resolver no longer has a key for {message.sender}"
             process.recorder.put(Outcome(row.id, token, Kind.REFUSED, error=error))
         else:
-            jobs.append(Job(row, token, message, key))
+            jobs.append(Job(row, token, message, key, _synchronization(message, row.inbox)))
     refused = process.engine.submit(jobs)
     if refused:
         release([(job.claimed, job.token) for job in refused])
