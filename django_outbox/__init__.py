@@ -8,21 +8,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Batch", "outbox"]
+__all__ = ["Batch", "PortableInbox", "outbox"]
 
 if TYPE_CHECKING:
     from django_outbox.api import outbox
     from django_outbox.batch import Batch
+    from django_outbox.portable import PortableInbox
+
+_EXPORTS = {
+    "outbox": "django_outbox.api",
+    "Batch": "django_outbox.batch",
+    "PortableInbox": "django_outbox.portable",
+}
 
 
 def __getattr__(name: str) -> Any:
     # Lazy, so that importing the package does not import models before apps are ready.
-    if name == "outbox":
-        from django_outbox.api import outbox
+    if name not in _EXPORTS:
+        raise AttributeError(name)
+    from importlib import import_module
 
-        return outbox
-    if name == "Batch":
-        from django_outbox.batch import Batch
-
-        return Batch
-    raise AttributeError(name)
+    return getattr(import_module(_EXPORTS[name]), name)

@@ -23,6 +23,7 @@ from django_outbox.conf import conf
 from django_outbox.exceptions import UnknownSender
 from django_outbox.fanout import choose_lane, create_deliveries
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Message
+from django_outbox.portable import PortableInbox
 from django_outbox.validation import activity_type, actor_id, clean_inboxes, serialise_activity
 
 
@@ -46,16 +47,42 @@ class Outbox:
         :class:`~django_outbox.exceptions.InvalidSend` for bad input, having
         written nothing.
         """
+        targets = clean_inboxes(inboxes)
+        return self._queue(actor, activity, targets, {}, batch, content_type)
+
+    def send_portable(
+        self,
+        actor: object,
+        activity: Mapping[str, Any],
+        inboxes: Iterable[PortableInbox],
+        *,
+        batch: Batch | None = None,
+        content_type: str = "application/activity+json",
+    ) -> Message | None:
+        """:meth:`send` to FEP-ef61 portable inboxes, each through its gateways in order."""
+        via: dict[str, list[str]] = {}
+        for portable in inboxes:
+            via.setdefault(portable.inbox, portable.targets())
+        return self._queue(actor, activity, list(via), via, batch, content_type)
+
+    def _queue(
+        self,
+        actor: object,
+        activity: Mapping[str, Any],
+        targets: list[str],
+        via: dict[str, list[str]],
+        batch: Batch | None,
+        content_type: str,
+    ) -> Message | None:
         batch = batch or Batch()
         sender = actor_id(actor)
         body = serialise_activity(activity, conf.MAX_BODY_BYTES)
-        targets = clean_inboxes(inboxes)
         if conf.KEY_RESOLVER(sender) is None:
             raise UnknownSender(f"the key resolver has no key for {sender!r}")
         if not targets:
             return None
         max_attempts = min(batch.max_attempts or conf.MAX_ATTEMPTS, conf.MAX_ATTEMPTS)
-        inline = len(targets) <= conf.INLINE_FANOUT
+        inline = via or len(targets) <= conf.INLINE_FANOUT
         with transaction.atomic():
             message = Message.objects.create(
                 sender=sender,
@@ -73,7 +100,7 @@ class Outbox:
                 pending_inboxes="" if inline else "\n".join(targets),
             )
             if inline:
-                ids = create_deliveries(message, targets)
+                ids = create_deliveries(message, targets, via)
                 transaction.on_commit(partial(_publish, ids), robust=True)
             else:
                 transaction.on_commit(partial(_expand, message.pk, message.lane), robust=True)

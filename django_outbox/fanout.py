@@ -9,7 +9,7 @@ deliveries start while the rest are still being written.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db import transaction
 from django.utils import timezone
@@ -45,7 +45,9 @@ def _waiting_inboxes(message: Message, inboxes: Sequence[str]) -> set[str]:
     )
 
 
-def create_deliveries(message: Message, inboxes: Sequence[str]) -> dict[str, list[int]]:
+def create_deliveries(
+    message: Message, inboxes: Sequence[str], via: Mapping[str, list[str]] | None = None
+) -> dict[str, list[int]]:
     """Insert one delivery per inbox and return the ids to dispatch, by lane.
 
     Deliveries that must wait for an earlier one with the same ordering key
@@ -53,12 +55,14 @@ def create_deliveries(message: Message, inboxes: Sequence[str]) -> dict[str, lis
     one before them finishes.
     """
     now = timezone.now()
+    via = via or {}
     waiting = _waiting_inboxes(message, inboxes)
     rows = [
         Delivery(
             message=message,
             inbox=inbox,
-            host=inbox_host(inbox),
+            host=inbox_host(via[inbox][0] if inbox in via else inbox),
+            via=via.get(inbox, []),
             lane=message.lane,
             ordering_key=message.ordering_key,
             state=DeliveryState.WAITING if inbox in waiting else DeliveryState.QUEUED,
