@@ -65,12 +65,16 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
         return super().get_queryset(request).defer("message__body", "message__pending_inboxes")
 
-    @admin.action(description="Requeue the selected deliveries", permissions=["view"])
+    def has_manage_permission(self, request: HttpRequest) -> bool:
+        """Requeueing and giving up need the permission to change deliveries."""
+        return bool(request.user.has_perm("django_outbox.change_delivery"))
+
+    @admin.action(description="Requeue the selected deliveries", permissions=["manage"])
     def requeue(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
         count = outbox.requeue(queryset)
         self.message_user(request, f"Requeued {count} deliveries.", messages.SUCCESS)
 
-    @admin.action(description="Give up on the selected deliveries", permissions=["view"])
+    @admin.action(description="Give up on the selected deliveries", permissions=["manage"])
     def give_up(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
         count = outbox.give_up(queryset, reason=f"given up by {request.user} in the admin")
         self.message_user(request, f"Gave up on {count} deliveries.", messages.SUCCESS)
@@ -124,7 +128,11 @@ class HostAdmin(ReadOnlyAdmin):
     search_fields = ("name",)
     actions = ("mark_available",)
 
-    @admin.action(description="Mark the selected hosts available again", permissions=["view"])
+    def has_manage_permission(self, request: HttpRequest) -> bool:
+        """Resetting hosts and breakers needs the permission to change hosts."""
+        return bool(request.user.has_perm("django_outbox.change_host"))
+
+    @admin.action(description="Mark the selected hosts available again", permissions=["manage"])
     def mark_available(self, request: HttpRequest, queryset: QuerySet[Host]) -> None:
         count, _ = queryset.delete()
         forget_cached()
@@ -139,7 +147,7 @@ class HostAdmin(ReadOnlyAdmin):
         store = breaker_store()
         error = ""
         try:
-            if request.method == "POST" and self.has_view_permission(request):
+            if request.method == "POST" and self.has_manage_permission(request):
                 for key in request.POST.getlist("key"):
                     store.reset(key)
             states = store.states()

@@ -22,7 +22,7 @@ from django_outbox.batch import Batch
 from django_outbox.conf import conf
 from django_outbox.exceptions import UnknownSender
 from django_outbox.fanout import choose_lane, create_deliveries
-from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Message
+from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
 from django_outbox.portable import PortableInbox
 from django_outbox.validation import activity_type, actor_id, clean_inboxes, serialise_activity
 
@@ -107,28 +107,44 @@ class Outbox:
         return message
 
     def requeue(self, deliveries: QuerySet[Delivery]) -> int:
-        """Queue the given final or stuck deliveries again with a fresh attempt budget.
+        """Queue the given finished deliveries again, with a fresh attempt budget.
 
-        Returns how many were requeued.  Deliveries in flight are left alone.
+        Live deliveries are left alone.  One with an ordering key waits again
+        if an earlier delivery with that key to its inbox is still live.
+        Returns how many were requeued.
         """
         now = timezone.now()
         rows = list(
-            deliveries.exclude(state=DeliveryState.SENDING).values_list("id", "lane", "state")
+            deliveries.filter(state__in=FINAL_STATES).values_list(
+                "id", "lane", "ordering_key", "inbox", "message_id"
+            )
         )
+        behind = {
+            row[0]
+            for row in rows
+            if row[2]
+            and Delivery.objects.filter(
+                ordering_key=row[2], inbox=row[3], state__in=LIVE_STATES, message_id__lt=row[4]
+            ).exists()
+        }
+        fresh = {
+            "attempts": 0,
+            "next_attempt_at": now,
+            "deadline_reached": False,
+            "finished_at": None,
+            "claimed_by": "",
+            "lease_until": None,
+        }
         ids = [row[0] for row in rows]
-        Delivery.objects.filter(id__in=ids).exclude(state=DeliveryState.SENDING).update(
-            state=DeliveryState.QUEUED,
-            attempts=0,
-            next_attempt_at=now,
-            dispatched_at=now,
-            deadline_reached=False,
-            finished_at=None,
-            claimed_by="",
-            lease_until=None,
+        final = Delivery.objects.filter(state__in=FINAL_STATES)
+        final.filter(id__in=behind).update(state=DeliveryState.WAITING, dispatched_at=None, **fresh)
+        final.filter(id__in=ids).exclude(id__in=behind).update(
+            state=DeliveryState.QUEUED, dispatched_at=now, **fresh
         )
         by_lane: dict[str, list[int]] = {}
-        for delivery_id, lane, _state in rows:
-            by_lane.setdefault(lane, []).append(delivery_id)
+        for delivery_id, lane, *_ in rows:
+            if delivery_id not in behind:
+                by_lane.setdefault(lane, []).append(delivery_id)
         transaction.on_commit(partial(_publish, by_lane), robust=True)
         return len(ids)
 

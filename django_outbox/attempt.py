@@ -51,6 +51,7 @@ class Job:
     token: str
     message: MessageData
     key: SenderKey
+    send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
 
 

@@ -21,6 +21,7 @@ _POSITIVE = (
     "LEASE_SECONDS",
     "TOTAL_TIMEOUT",
     "CONNECT_TIMEOUT",
+    "BREAKER_COOL_OFF",
 )
 
 

@@ -134,12 +134,8 @@ class Engine(Generic[J]):
             finally:
                 self._done(job)
 
-    def stop(self, timeout: float) -> list[J]:
-        """Start nothing more and wait up to ``timeout`` for what runs.
-
-        Returns the jobs that never started and those still running when the
-        time was up, for the caller to give back.
-        """
+    def stop(self) -> list[J]:
+        """Start nothing more; return the jobs that never started, for the caller to give back."""
         with self._lock:
             self._stopping = True
             unstarted = [*self._runnable[0], *self._runnable[1]]
@@ -150,11 +146,15 @@ class Engine(Generic[J]):
             self._runnable[1].clear()
             self._waiting = 0
             self._lock.notify_all()
+        return unstarted
+
+    def join(self, timeout: float) -> list[J]:
+        """Wait up to ``timeout`` for the running jobs; return those still running."""
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
-            return unstarted + list(self._active.values())
+            return list(self._active.values())
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until nothing runs or waits, up to ``timeout``; True if idle."""

@@ -9,7 +9,7 @@ attempts and its lease.
 
 from __future__ import annotations
 
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
@@ -18,7 +18,7 @@ class DeliveryState(models.TextChoices):
     """The closed set of states a delivery can be in.
 
     ``waiting``, ``queued`` and ``sending`` are live; the rest are final.
-    See ``docs/guarantees.md`` for the transitions.
+    See ``docs/design.md`` for the transitions.
     """
 
     WAITING = "waiting", "waiting for an earlier delivery"
@@ -33,6 +33,16 @@ class DeliveryState(models.TextChoices):
 LIVE_STATES = (DeliveryState.WAITING, DeliveryState.QUEUED, DeliveryState.SENDING)
 SETTLED_STATES = (DeliveryState.DELIVERED, DeliveryState.REFUSED, DeliveryState.SKIPPED)
 FINAL_STATES = (*SETTLED_STATES, DeliveryState.FAILED)
+
+
+def locked(queryset: models.QuerySet[Delivery]) -> models.QuerySet[Delivery]:
+    """``queryset`` locked for this transaction, skipping rows another one holds.
+
+    SQLite has no row locks; there the conditional updates alone keep it right.
+    """
+    if connection.features.has_select_for_update_skip_locked:
+        return queryset.select_for_update(skip_locked=True, of=("self",))
+    return queryset
 
 
 class Lane(models.TextChoices):

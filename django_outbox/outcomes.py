@@ -33,6 +33,7 @@ class Kind(StrEnum):
     SKIPPED = "skipped"
     RETRY = "retry"
     HELD = "held"
+    RELEASED = "released"
     EXPIRED = "expired"
 
 

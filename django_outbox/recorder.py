@@ -28,7 +28,7 @@ from django_outbox.backoff import Decision, held_until, next_attempt
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
 from django_outbox.hosts import record_failures, record_successes
-from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
+from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, locked
 from django_outbox.ordering import promote_successors
 from django_outbox.outcomes import Kind, Outcome, server_failed
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled, send_logged
@@ -42,10 +42,12 @@ _SETTLED = {
     Kind.SKIPPED: DeliveryState.SKIPPED,
 }
 _RELEASE: dict[str, Any] = {"claimed_by": "", "lease_until": None}
+#: Outcomes of claims that sent nothing, whose attempt is given back.
+_UNSPENT = (Kind.HELD, Kind.EXPIRED, Kind.RELEASED)
 
 
 class _Effects:
-    """What to do once a batch of row updates has committed."""
+    """The signals a batch of outcomes sends, and what to publish once it is saved."""
 
     def __init__(self) -> None:
         self.signals: list[tuple[Any, dict[str, Any]]] = []
@@ -56,14 +58,16 @@ class _Effects:
         self.signals.append((delivery_failed, _failure_args(row)))
         self.finished.append((row.ordering_key, row.inbox))
 
-    def run(self) -> None:
+    def send_signals(self) -> None:
+        for signal, kwargs in self.signals:
+            send_logged(signal, Delivery, **kwargs)
+
+    def publish(self) -> None:
         for countdown, lanes in self.retries.items():
             publish({lane: ids for lane, ids in lanes.items()}, countdown or None)
         successors = promote_successors(self.finished)
         if successors:
             publish(successors)
-        for signal, kwargs in self.signals:
-            send_logged(signal, Delivery, **kwargs)
 
 
 def _common_args(row: Delivery) -> dict[str, Any]:
@@ -92,7 +96,7 @@ def _fields_for(
         effects.finished.append((row.ordering_key, row.inbox))
     else:
         decision = _decide(row, outcome, now)
-        if outcome.kind in (Kind.HELD, Kind.EXPIRED):
+        if outcome.kind in _UNSPENT:
             fields["attempts"] = _UNSPEND
         if decision.retry_at is None:
             fields.update(
@@ -123,6 +127,8 @@ def _decide(row: Delivery, outcome: Outcome, now: datetime) -> Decision:
         return Decision(None, "the batch's deadline passed before it was sent", True)
     if outcome.kind is Kind.HELD:
         return held_until(now, outcome.held_for or 0.0, deadline)
+    if outcome.kind is Kind.RELEASED:
+        return Decision(now)
     return next_attempt(
         now=now,
         attempts=row.attempts,
@@ -133,7 +139,13 @@ def _decide(row: Delivery, outcome: Outcome, now: datetime) -> Decision:
 
 
 def apply_outcomes(outcomes: list[Outcome]) -> _Effects:
-    """Save ``outcomes`` in one transaction; return what to do after it commits."""
+    """Send the signals of ``outcomes``, then save them in one transaction.
+
+    The signals go first, as the row is still claimed: a process that dies
+    before saving leaves the delivery to be sent again, and its signals sent
+    again, which is what makes them at least once.  Returns what to publish
+    once the transaction has committed.
+    """
     now = timezone.now()
     effects = _Effects()
     rows = Delivery.objects.select_related("message").defer(
@@ -159,19 +171,15 @@ def apply_outcomes(outcomes: list[Outcome]) -> _Effects:
                 setattr(row, name, value)
         if fields.get("attempts") is _UNSPEND:
             row.attempts -= 1
-        held = outcome.kind is Kind.HELD
-        effects.signals.append(
-            (
-                delivery_attempted,
-                {
-                    **_common_args(row),
-                    "status": outcome.status,
-                    "error": outcome.error,
-                    "held": held,
-                    "outcome": outcome.kind.value,
-                },
-            )
-        )
+        if outcome.kind is not Kind.RELEASED:
+            attempt = {
+                **_common_args(row),
+                "status": outcome.status,
+                "error": outcome.error,
+                "held": outcome.kind is Kind.HELD,
+                "outcome": outcome.kind.value,
+            }
+            effects.signals.append((delivery_attempted, attempt))
         if outcome.kind in _SETTLED:
             effects.signals.append(
                 (
@@ -186,6 +194,7 @@ def apply_outcomes(outcomes: list[Outcome]) -> _Effects:
             )
         if row.state in (DeliveryState.FAILED, DeliveryState.REFUSED):
             effects.fail(row)
+    effects.send_signals()
     with transaction.atomic():
         for (token, items), ids in groups.items():
             Delivery.objects.filter(
@@ -210,13 +219,13 @@ def _unless_sender_gone(row: Delivery, outcome: Outcome) -> Outcome:
 def give_up_rows(ids: Iterable[int], reason: str, *, deadline: bool = False) -> int:
     """Fail the live deliveries among ``ids`` now, sending ``delivery_failed`` for each."""
     now = timezone.now()
-    rows = list(
-        Delivery.objects.filter(id__in=list(ids), state__in=LIVE_STATES)
-        .select_related("message")
-        .defer("message__body", "message__pending_inboxes")
-    )
     effects = _Effects()
     with transaction.atomic():
+        rows = list(
+            locked(Delivery.objects.filter(id__in=list(ids), state__in=LIVE_STATES))
+            .select_related("message")
+            .defer("message__body", "message__pending_inboxes")
+        )
         changed = Delivery.objects.filter(
             id__in=[row.pk for row in rows], state__in=LIVE_STATES
         ).update(
@@ -230,7 +239,8 @@ def give_up_rows(ids: Iterable[int], reason: str, *, deadline: bool = False) -> 
         row.state, row.last_error, row.deadline_reached = DeliveryState.FAILED, reason, deadline
         row.finished_at = now
         effects.fail(row)
-    effects.run()
+    effects.send_signals()
+    effects.publish()
     return changed
 
 
@@ -285,6 +295,6 @@ class Recorder:
                 time.sleep(pause)
                 pause = min(pause * 2, 10.0)
         try:
-            effects.run()
+            effects.publish()
         except Exception:
             logger.exception("could not publish retries or send signals after saving outcomes")

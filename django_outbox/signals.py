@@ -7,15 +7,14 @@ Every signal is sent with ``sender=Delivery`` and these keyword arguments:
     updated), ``inbox``, ``actor`` (the sender's id), ``status`` (int or
     ``None`` when nothing answered), ``error`` (str, empty on success),
     ``held`` (True when a circuit breaker kept it from being sent),
-    ``outcome`` (``"delivered"``, ``"refused"``, ``"retry"``, ``"held"``).
+    ``outcome`` (``"delivered"``, ``"refused"``, ``"retry"``, ``"held"``,
+    ``"skipped"`` for an unavailable host, ``"expired"`` past the deadline).
 
 ``delivery_settled``
     When a delivery is done with other than by giving up: ``delivery``,
-    ``inbox``, ``actor``, ``tag`` (batch tag or ``""``) and ``outcome``:
-    ``"delivered"``, ``"refused"`` (an answer that will not change, with
-    ``status``) or ``"skipped"``.  Sent at least once: a worker that dies
-    after the inbox accepted but before the row was saved sends it again, so
-    a receiver must tolerate running twice for one delivery.
+    ``inbox``, ``actor``, ``tag`` (batch tag or ``""``), ``status`` (the
+    last answer, or ``None``) and ``outcome``: ``"delivered"``,
+    ``"refused"`` (an answer that will not change) or ``"skipped"``.
 
 ``delivery_failed``
     When a delivery will not be tried again and was not delivered: given up
@@ -25,8 +24,13 @@ Every signal is sent with ``sender=Delivery`` and these keyword arguments:
     ``deadline`` (True when the batch's deadline was the reason).  A 410 here
     says the inbox or its server is gone.
 
-Receivers run in the worker through ``send_robust``: one that raises is
-logged and does not stop delivery.
+Receivers run in the worker's recorder thread through ``send_robust``: one
+that raises is logged and does not stop delivery.  The signals of an attempt
+are sent before its row is saved, while the delivery is still claimed: a
+worker that dies in between leaves the delivery to be sent again and its
+signals sent again.  They are therefore at least once, and a receiver must
+tolerate running twice for one delivery; the ``delivery`` row passed in
+already carries its new state, which the database may not show yet.
 """
 
 from __future__ import annotations

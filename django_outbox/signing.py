@@ -161,9 +161,9 @@ def sign_headers(
     headers.update(extra.values())
     # The signer reads only covered fields, so it is shown only those (less for it
     # to normalise); it adds Signature-Input and Signature to them.
-    covered = {"Content-Digest": headers["Content-Digest"]}
-    covered.update(extra[name] for name in covered_extra)
-    request = _Request(verb, f"{url_scheme}://{host}{target}", covered)
+    fields = {"Content-Digest": headers["Content-Digest"]}
+    fields.update(extra[name] for name in covered_extra)
+    request = _Request(verb, f"{url_scheme}://{host}{target}", fields)
     try:
         # With an existing Content-Digest and no body, the library only checks the
         # digest's format; it does not hash the body again.
@@ -177,8 +177,8 @@ def sign_headers(
         )
     except Exception as exc:  # Library and OpenSSL failures alike.
         raise SigningError(f"signing failed: {exc}") from exc
-    headers["Signature-Input"] = covered["Signature-Input"]
-    headers["Signature"] = covered["Signature"]
+    headers["Signature-Input"] = fields["Signature-Input"]
+    headers["Signature"] = fields["Signature"]
     return headers
 
 

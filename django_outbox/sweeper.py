@@ -13,29 +13,19 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db import transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import mark_and_publish, publish
-from django_outbox.models import FINAL_STATES, Delivery, DeliveryState, Message
+from django_outbox.models import FINAL_STATES, Delivery, DeliveryState, Message, locked
 from django_outbox.ordering import promote_successors, stranded_waiting
 from django_outbox.recorder import give_up_rows
 
 logger = logging.getLogger("django_outbox.sweeper")
 
 STEP = 5000
-
-
-def _locked(queryset: QuerySet[Delivery]) -> QuerySet[Delivery]:
-    """``queryset`` locked for this transaction, skipping rows another sweeper holds.
-
-    SQLite has no row locks; there the conditional updates alone keep it right.
-    """
-    if connection.features.has_select_for_update_skip_locked:
-        return queryset.select_for_update(skip_locked=True, of=("self",))
-    return queryset
 
 
 def fail_expired() -> int:
@@ -60,7 +50,7 @@ def reclaim_lapsed() -> int:
     by_lane: dict[str, list[int]] = {}
     with transaction.atomic():
         rows = list(
-            _locked(lapsed.filter(attempts__lt=F("message__max_attempts"))).values_list(
+            locked(lapsed.filter(attempts__lt=F("message__max_attempts"))).values_list(
                 "id", "lane"
             )[:STEP]
         )
@@ -85,7 +75,7 @@ def dispatch_due() -> int:
     by_lane: dict[str, list[int]] = {}
     with transaction.atomic():
         rows = list(
-            _locked(
+            locked(
                 Delivery.objects.filter(state=DeliveryState.QUEUED, next_attempt_at__lte=now)
                 .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=lost))
                 .order_by("next_attempt_at")

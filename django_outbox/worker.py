@@ -64,6 +64,12 @@ class WorkerProcess:
         self._lock = threading.Lock()
 
     def _send(self, job: Job) -> None:
+        if time.monotonic() > job.send_by:
+            # It waited so long behind its host that its lease could lapse
+            # while it is sent: give it back rather than risk a double send.
+            error = "released: waited too long behind its host for the lease"
+            self.recorder.put(Outcome(job.claimed.id, job.token, Kind.RELEASED, error=error))
+            return
         try:
             outcome = perform(job, self.transport, self.breakers, self.policy)
         except Exception as error:
@@ -110,11 +116,18 @@ class WorkerProcess:
         return key  # type: ignore[no-any-return]
 
     def stop(self, timeout: float) -> None:
-        """Finish what is in flight within ``timeout``; release what never started."""
-        unstarted = self.engine.stop(timeout)
-        release([(job.claimed, job.token) for job in unstarted])
-        if not self.recorder.flush(timeout):
+        """Release what never started at once; give what runs ``timeout`` to finish.
+
+        Deliveries still running after that are released too, so that another
+        worker sends them now rather than after the lease; if the inbox had in
+        fact received one, it receives it twice (at least once).
+        """
+        release([(job.claimed, job.token) for job in self.engine.stop()])
+        deadline = time.monotonic() + timeout
+        running = self.engine.join(timeout)
+        if not self.recorder.flush(max(0.1, deadline - time.monotonic())):
             logger.warning("stopped before every outcome was saved; their leases will lapse")
+        release([(job.claimed, job.token) for job in running])
 
 
 _process: WorkerProcess | None = None
@@ -188,6 +201,8 @@ def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
     unavailable = unavailable_hosts()
     skip = conf.SKIP_UNAVAILABLE
     jobs: list[Job] = []
+    # Two knocks of the whole time budget, and a margin to save the outcome.
+    send_by = time.monotonic() + conf.LEASE_SECONDS - 2 * conf.TOTAL_TIMEOUT - 10
     for row in claimed:
         message = messages[row.message_id]
         key = process.key_for(message.sender)
@@ -200,7 +215,8 @@ def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
             error = f"the key resolver no longer has a key for {message.sender}"
             process.recorder.put(Outcome(row.id, token, Kind.REFUSED, error=error))
         else:
-            jobs.append(Job(row, token, message, key, _synchronization(message, row.inbox)))
+            extra = _synchronization(message, row.inbox)
+            jobs.append(Job(row, token, message, key, send_by, extra))
     refused = process.engine.submit(jobs)
     if refused:
         release([(job.claimed, job.token) for job in refused])

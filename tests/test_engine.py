@@ -90,10 +90,13 @@ def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     queued[1].hold.set()
     engine.submit([stuck, *queued])
     time.sleep(0.1)
-    left = engine.stop(0.2)
-    assert stuck in left and queued[0] in left
+    unstarted = engine.stop()
+    assert queued[0] in unstarted
+    assert stuck not in unstarted
     assert engine.submit([Task("z")]) != []  # refused once stopping
+    assert engine.join(0.2) == [stuck]
     stuck.hold.set()
+    assert engine.join(2) == []
 
 
 def test_a_backlog_on_one_host_drains_while_submit_waits() -> None:
