@@ -10,8 +10,8 @@ whatever the broker did not get.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Iterable, Mapping
-from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -25,6 +25,8 @@ from django_outbox.fanout import choose_lane, create_deliveries
 from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
 from django_outbox.portable import PortableInbox
 from django_outbox.validation import activity_type, actor_id, clean_inboxes, serialise_activity
+
+logger = logging.getLogger("django_outbox.api")
 
 
 class Outbox:
@@ -101,9 +103,9 @@ class Outbox:
             )
             if inline:
                 ids = create_deliveries(message, targets, via)
-                transaction.on_commit(partial(_publish, ids), robust=True)
+                _publish_on_commit(ids)
             else:
-                transaction.on_commit(partial(_expand, message.pk, message.lane), robust=True)
+                _expand_on_commit(message.pk, message.lane)
         return message
 
     def requeue(self, deliveries: QuerySet[Delivery]) -> int:
@@ -145,7 +147,7 @@ class Outbox:
         for delivery_id, lane, *_ in rows:
             if delivery_id not in behind:
                 by_lane.setdefault(lane, []).append(delivery_id)
-        transaction.on_commit(partial(_publish, by_lane), robust=True)
+        _publish_on_commit(by_lane)
         return len(ids)
 
     def give_up(self, deliveries: QuerySet[Delivery], reason: str = "given up by hand") -> int:
@@ -159,16 +161,37 @@ class Outbox:
         return give_up_rows(ids, reason)
 
 
-def _publish(ids: dict[str, list[int]]) -> None:
-    from django_outbox.dispatch import publish
+def _publish_on_commit(ids: dict[str, list[int]]) -> None:
+    """Publish ``ids`` once the current transaction commits."""
 
-    publish(ids)
+    def publish_deliveries() -> None:
+        from django_outbox.dispatch import publish
+
+        publish(ids)
+
+    transaction.on_commit(publish_deliveries, robust=True)
 
 
-def _expand(message_id: int, lane: str) -> None:
-    from django_outbox.tasks import expand
+def _expand_on_commit(message_id: int, lane: str) -> None:
+    """Start the expansion of a large fan-out once the current transaction commits.
 
-    expand.apply_async((message_id,), queue=lane)
+    If the broker is down the message keeps its inbox list, and the sweeper
+    starts the expansion after ``OUTBOX_REDISPATCH_AFTER``.
+    """
+
+    def start_expansion() -> None:
+        from django_outbox.tasks import expand
+
+        try:
+            expand.apply_async((message_id,), queue=lane)
+        except Exception:
+            logger.warning(
+                "could not publish the expansion of message %s; the sweeper will",
+                message_id,
+                exc_info=True,
+            )
+
+    transaction.on_commit(start_expansion, robust=True)
 
 
 outbox = Outbox()
