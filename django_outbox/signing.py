@@ -9,10 +9,11 @@ building around one private-key operation.
 draft-cavage signatures are built here.  RFC 9421 signatures are produced by
 ``http_message_signatures.HTTPMessageSigner``, with one signer and key resolver
 per key (cached), a minimal request object, and the caller's ``Content-Digest``
-reused rather than the body hashed again.  The library's structured-field
-handling costs a few hundred microseconds per signature more than building the
-signature base by hand would; that is the price of not maintaining our own
-RFC 9421 serializer.
+reused rather than the body hashed again.  Its structured-field handling (it
+builds the signature base twice, in ``prepare()`` and ``apply()``) costs about
+0.8 ms per signature more than building the base by hand did, ten times an
+Ed25519 signature itself; that is the price of not keeping our own RFC 9421
+serializer.
 """
 
 from __future__ import annotations

@@ -3,8 +3,10 @@
 draft-cavage RSA signatures are verified by the ``httpsig`` package (PyCryptodome
 underneath); it knows no Ed25519, so ``hs2019``/Ed25519 signatures are checked
 by a verifier written here from the draft's text with ``cryptography``.
-RFC 9421 signatures are verified by ``http_message_signatures``, and compared
-byte for byte with what its signer produces.  No Django settings are needed.
+RFC 9421 signatures are made by ``http_message_signatures``' signer, which the
+tests check was used, verified by that library's verifier and, independently,
+against a signature base rebuilt here from RFC 9421's text with ``cryptography``.
+No Django settings are needed.
 """
 
 from __future__ import annotations
@@ -241,29 +243,114 @@ def test_signs_the_url_as_requests_sends_it(ed_pem: str) -> None:
     verifier(ed_pem).verify(request, body=BODY)
 
 
+def spy_on_library_signer(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any, Any]]:
+    """Record (signer, message, keyword arguments) of every ``HTTPMessageSigner.sign`` call."""
+    calls: list[tuple[Any, Any, Any]] = []
+    real = hms.HTTPMessageSigner.sign
+
+    def spy(self: hms.HTTPMessageSigner, message: Any, **kwargs: Any) -> None:
+        calls.append((self, message, kwargs))
+        real(self, message, **kwargs)
+
+    monkeypatch.setattr(hms.HTTPMessageSigner, "sign", spy)
+    return calls
+
+
 @pytest.mark.parametrize("which", ["rsa", "ed25519"])
 @pytest.mark.parametrize("covered_extra", [(), ("collection-synchronization",)])
-def test_rfc9421_identical_to_library_signer(
-    rsa_pem: str, ed_pem: str, which: str, covered_extra: tuple[str, ...]
+def test_rfc9421_made_by_library_signer(
+    monkeypatch: pytest.MonkeyPatch,
+    rsa_pem: str,
+    ed_pem: str,
+    which: str,
+    covered_extra: tuple[str, ...],
 ) -> None:
     pem = rsa_pem if which == "rsa" else ed_pem
-    now = datetime.now(UTC)
+    alg = ALGORITHMS[which].algorithm_id
+    calls = spy_on_library_signer(monkeypatch)
+    now = datetime(2024, 3, 1, 13, 0, 5, tzinfo=UTC)
     extra = {"Collection-Synchronization": SYNC}
-    ours = sign(Scheme.RFC9421, pem, now=now, extra_headers=extra, covered_extra=covered_extra)
-    unsigned = {k: v for k, v in ours.items() if k not in {"Signature", "Signature-Input"}}
-    theirs = Received("POST", URL, unsigned)
-    resolver = hms.MappingKeyResolver(public_keys={}, private_keys={KEY_ID: load_private_key(pem)})
-    hms.HTTPMessageSigner(signature_algorithm=ALGORITHMS[which], key_resolver=resolver).sign(
-        theirs,
-        key_id=KEY_ID,
-        label="sig1",
-        created=now,
-        covered_component_ids=(*RFC9421_COVERED, *covered_extra),
-        use_existing_digest=True,
+    headers = sign(Scheme.RFC9421, pem, now=now, extra_headers=extra, covered_extra=covered_extra)
+
+    # One library call wrote both signature fields, on the minimal request view.
+    ((signer, message, kwargs),) = calls
+    assert signer.signature_algorithm is ALGORITHMS[which]
+    assert signer.key_resolver.resolve_private_key(KEY_ID) is load_private_key(pem)
+    assert type(message) is signing._Request
+    assert (message.method, message.url) == ("POST", URL)
+    covered = {"Content-Digest": headers["Content-Digest"]}
+    covered |= {"Collection-Synchronization": SYNC} if covered_extra else {}
+    assert message.headers == covered | {
+        "Signature-Input": headers["Signature-Input"],
+        "Signature": headers["Signature"],
+    }
+    # The precomputed digest is reused: no body is handed over to be hashed again.
+    assert "body" not in kwargs
+    assert kwargs["use_existing_digest"] is True
+    assert kwargs["covered_component_ids"] == (*RFC9421_COVERED, *covered_extra)
+
+    # The library's serialisation: inner list, then created, keyid, alg; byte sequence.
+    components = " ".join(f'"{name}"' for name in (*RFC9421_COVERED, *covered_extra))
+    params = f'({components});created=1709298005;keyid="{KEY_ID}";alg="{alg}"'
+    assert headers["Signature-Input"] == "sig1=" + params
+    assert headers["Signature"].startswith("sig1=:")
+    assert headers["Signature"].endswith(":")
+    signature = base64.b64decode(headers["Signature"][6:-1], validate=True)
+
+    # RFC 9421 section 2.5 signature base, rebuilt here, verified with cryptography.
+    lines = [
+        '"@method": POST',
+        '"@target-uri": ' + URL,
+        '"@authority": remote.example',
+        f'"content-digest": sha-256=:{DIGEST}:',
+        *(f'"{name}": {SYNC}' for name in covered_extra),
+        '"@signature-params": ' + params,
+    ]
+    public = load_private_key(pem).public_key()
+    ALGORITHMS[which](public_key=public).verify(signature, "\n".join(lines).encode())
+
+    # And the library's verifier accepts it as the receiver would see the request.
+    required = (*RFC9421_COVERED, *covered_extra)
+    (result,) = verifier(pem).verify(
+        Received("POST", URL, headers), body=BODY, require_components=required, max_age=None
     )
-    # PKCS#1 v1.5 and Ed25519 are deterministic, so equal bases give equal signatures.
-    assert ours["Signature-Input"] == theirs.headers["Signature-Input"]
-    assert ours["Signature"] == theirs.headers["Signature"]
+    assert result.parameters == {"created": 1709298005, "keyid": KEY_ID, "alg": alg}
+
+
+def test_rfc9421_signer_and_key_resolver_made_once_per_key(
+    monkeypatch: pytest.MonkeyPatch, rsa_pem: str, ed_pem: str
+) -> None:
+    calls = spy_on_library_signer(monkeypatch)
+    sign(Scheme.RFC9421, ed_pem)
+    sign(Scheme.RFC9421, ed_pem, url="https://elsewhere.example/inbox")
+    sign(Scheme.RFC9421, ed_pem, key_id="https://example.com/users/carol#main-key")
+    sign(Scheme.RFC9421, rsa_pem)
+    first, again, other_id, other_key = (signer for signer, _, _ in calls)
+    assert again is first
+    assert again.key_resolver is first.key_resolver
+    assert len({id(first), id(other_id), id(other_key)}) == 3
+    with pytest.raises(KeyError):  # each resolver knows only its own key id
+        first.key_resolver.resolve_private_key("https://example.com/users/carol#main-key")
+
+
+def test_rfc9421_uses_the_given_digest_without_hashing_the_body(ed_pem: str) -> None:
+    # Were the body hashed (or checked) again, this mismatched digest would be noticed.
+    other_sha256 = hashlib.sha256(b"other").digest()
+    headers = sign(Scheme.RFC9421, ed_pem, body_sha256=other_sha256)
+    expected = base64.b64encode(other_sha256).decode()
+    assert headers["Content-Digest"] == f"sha-256=:{expected}:"
+    verifier(ed_pem).verify(Received("POST", URL, headers), body=b"other")
+
+
+def test_rfc9421_library_or_key_failure_is_a_signing_error(
+    monkeypatch: pytest.MonkeyPatch, ed_pem: str
+) -> None:
+    def broken(self: Any, message: bytes) -> bytes:
+        raise ValueError("OpenSSL said no")
+
+    monkeypatch.setattr(hms.algorithms.ED25519, "sign", broken)
+    with pytest.raises(SigningError, match="OpenSSL said no"):
+        sign(Scheme.RFC9421, ed_pem)
 
 
 @pytest.mark.parametrize(
