@@ -17,6 +17,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connection
 from django.utils import timezone
@@ -63,7 +64,7 @@ def claim(ids: Sequence[int], token: str) -> list[Claimed]:
         f"RETURNING id, message_id, inbox, host, via, lane, attempts"
     )
     lease = now + timedelta(seconds=conf.LEASE_SECONDS)
-    params = [
+    params: list[Any] = [
         DeliveryState.SENDING.value,
         token,
         _db_time(lease),
@@ -79,15 +80,15 @@ def claim(ids: Sequence[int], token: str) -> list[Claimed]:
     ]
 
 
-def _db_time(moment: datetime) -> object:
+def _db_time(moment: datetime) -> Any:
     """``moment`` as the database adapter stores it (SQLite keeps text)."""
     return connection.ops.adapt_datetimefield_value(moment)
 
 
 def _json_list(value: object) -> list[str]:
-    if isinstance(value, str):
-        return list(json.loads(value))
-    return list(value or [])  # type: ignore[call-overload]
+    """The ``via`` column as a list: PostgreSQL decodes JSON, SQLite returns text."""
+    decoded = json.loads(value) if isinstance(value, str) else value
+    return [str(url) for url in decoded] if isinstance(decoded, list) else []
 
 
 def not_yet_due(ids: Sequence[int], horizon: float) -> tuple[list[int], datetime | None]:
