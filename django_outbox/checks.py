@@ -59,6 +59,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             errors.append(
                 Error(f"OUTBOX_{name} must be a positive number.", id="django_outbox.E006")
             )
+    if conf.LEASE_SECONDS < 2 * conf.TOTAL_TIMEOUT + 10:
+        errors.append(
+            Warning(
+                "OUTBOX_LEASE_SECONDS is shorter than two requests of OUTBOX_TOTAL_TIMEOUT "
+                "plus 10 s.",
+                hint="A slow inbox can outlast the lease, and the delivery is then sent twice.",
+                id="django_outbox.W003",
+            )
+        )
     engine = str(settings.DATABASES.get("default", {}).get("ENGINE", ""))
     if not settings.DEBUG and engine.endswith("sqlite3"):
         errors.append(

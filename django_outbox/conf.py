@@ -200,6 +200,11 @@ class Settings:
         return int(_get("OUTBOX_UNAVAILABLE_AFTER_DAYS", 7))
 
     @property
+    def HOSTS_REFRESH(self) -> float:
+        """Seconds a worker process trusts its copy of the unavailable hosts."""
+        return float(_get("OUTBOX_HOSTS_REFRESH", 60.0))
+
+    @property
     def SKIP_UNAVAILABLE(self) -> Callable[[str, str], bool]:
         """Predicate ``(inbox, activity_type)``: skip this delivery to an unavailable host?"""
         predicate = _callable("OUTBOX_SKIP_UNAVAILABLE", "django_outbox.hosts.skip_unless_follow")

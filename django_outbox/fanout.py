@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from django_outbox.conf import conf
@@ -73,11 +74,43 @@ def create_deliveries(
         for inbox in inboxes
     ]
     Delivery.objects.bulk_create(rows, batch_size=2000)
+    if waiting:
+        _promote_freed_on_commit(message.pk, message.ordering_key)
     ids: dict[str, list[int]] = defaultdict(list)
     for row in rows:
         if row.state == DeliveryState.QUEUED:
             ids[row.lane].append(row.pk)
     return dict(ids)
+
+
+def _promote_freed_on_commit(message_id: int, ordering_key: str) -> None:
+    """Once the rows commit, queue those whose earlier delivery finished meanwhile.
+
+    The worker that finishes the earlier delivery looks for its successor
+    right after saving; if this transaction had not committed by then, it
+    found none, and without this the new row would wait for the sweeper.
+    """
+
+    def promote_freed() -> None:
+        from django_outbox.dispatch import publish
+        from django_outbox.ordering import promote_successors
+
+        earlier_live = Delivery.objects.filter(
+            ordering_key=ordering_key,
+            inbox=OuterRef("inbox"),
+            state__in=LIVE_STATES,
+            message_id__lt=message_id,
+        )
+        freed = Delivery.objects.filter(message_id=message_id, state=DeliveryState.WAITING).filter(
+            ~Exists(earlier_live)
+        )
+        promoted = promote_successors(
+            (ordering_key, inbox) for inbox in freed.values_list("inbox", flat=True)
+        )
+        if promoted:
+            publish(promoted)
+
+    transaction.on_commit(promote_freed, robust=True)
 
 
 def expand(message_id: int) -> int:

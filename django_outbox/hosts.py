@@ -28,7 +28,6 @@ from django_outbox.breakers import (
 from django_outbox.conf import conf
 from django_outbox.models import Host
 
-_REFRESH = 60.0
 _unavailable: tuple[frozenset[str], float] = (frozenset(), 0.0)
 _lock = threading.Lock()
 
@@ -82,11 +81,15 @@ def record_failures(hosts: Iterable[str]) -> None:
 
 
 def unavailable_hosts() -> frozenset[str]:
-    """Hosts marked unavailable, as this process last read them (at most a minute old)."""
+    """Hosts marked unavailable, as this process last read them.
+
+    The copy is at most ``OUTBOX_HOSTS_REFRESH`` seconds (60) old, so a host
+    another process marks, or the admin resets, is seen within that time.
+    """
     global _unavailable
     with _lock:
         names, read_at = _unavailable
-    if time.monotonic() - read_at < _REFRESH:
+    if time.monotonic() - read_at < conf.HOSTS_REFRESH:
         return names
     names = frozenset(
         Host.objects.filter(unavailable_since__isnull=False).values_list("name", flat=True)

@@ -2,8 +2,9 @@
 
 ``send`` writes such a delivery as ``waiting``.  When the one before it
 finishes (delivered, refused, skipped or given up) the next waiting one is
-queued and dispatched at once; the sweeper repairs the rare case of a send
-racing with the finish of the delivery it waited for.
+queued and dispatched at once.  A send whose transaction commits only after
+the delivery it waited for finished looks again on commit (fanout.py); the
+sweeper frees whatever is still left waiting with nothing live before it.
 """
 
 from __future__ import annotations

@@ -33,3 +33,7 @@ def test_production_warnings() -> None:
     assert "django_outbox.W002" in ids(
         DEBUG=False, DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3"}}
     )
+
+
+def test_a_lease_shorter_than_two_slow_requests_is_warned_about() -> None:
+    assert "django_outbox.W003" in ids(OUTBOX_LEASE_SECONDS=30, OUTBOX_TOTAL_TIMEOUT=30)

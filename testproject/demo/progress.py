@@ -2,7 +2,8 @@
 
 :func:`snapshot` counts the deliveries of some messages by state; rows a large
 fan-out has not written yet count as queued.  :class:`ProgressLine` shows one
-line refreshed in place on a terminal, or one line a second otherwise.
+line refreshed in place on a terminal, or otherwise a line a second while
+deliveries finish and one every five seconds while nothing does.
 """
 
 from __future__ import annotations
@@ -64,25 +65,32 @@ class ProgressLine:
         self.stream = stream
         self.start = start
         self.tty = stream.isatty()
-        self._last: Snapshot | None = None
+        self._history: list[Snapshot] = []
         self._last_printed = 0.0
+        self._printed_final = -1
         self._drawn = False
 
     def header(self) -> str:
         names = "".join(f"{name:>10}" for name in SHOWN)
-        return f"{'time':>6}{names}{'rate':>12}"
+        return f"{'time':>6}{names}{'done/s':>8}"
 
     def show(self, snap: Snapshot) -> None:
-        rate = 0.0
-        if self._last is not None and snap.at > self._last.at:
-            rate = (snap.final - self._last.final) / (snap.at - self._last.at)
+        # The rate over the last second or so, however often this is called.
+        older = [s for s in self._history if snap.at - s.at >= 0.9]
+        earlier = older[-1] if older else None
+        self._history = [s for s in self._history if earlier is None or s.at >= earlier.at]
+        self._history.append(snap)
         if not self.tty:
-            if snap.at - self._last_printed < 1.0:
+            # A line a second while deliveries finish, else one every five seconds.
+            since = snap.at - self._last_printed
+            if since < 1.0 or (since < 5.0 and snap.final == self._printed_final):
                 return
-            self._last_printed = snap.at
-        self._last = snap
+            self._last_printed, self._printed_final = snap.at, snap.final
+        rate = 0.0
+        if earlier is not None:
+            rate = (snap.final - earlier.final) / (snap.at - earlier.at)
         cells = "".join(f"{snap[name]:>10,}" for name in SHOWN)
-        line = f"{snap.at - self.start:>5.1f}s{cells}{rate:>8,.0f} d/s"
+        line = f"{snap.at - self.start:>5.1f}s{cells}{rate:>8,.0f}"
         if self.tty:
             self.stream.write("\r\x1b[2K" + line)
             self._drawn = True
@@ -98,7 +106,9 @@ class ProgressLine:
         self.stream.flush()
 
     def done(self, snap: Snapshot) -> None:
-        """The final counts, always on a line of their own."""
+        """The final counts, always on a line of their own (once)."""
+        if not self.tty and self._last_printed == snap.at:
+            return
         self._last_printed = 0.0
         tty, self.tty = self.tty, False
         if tty and self._drawn:

@@ -41,15 +41,16 @@ from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
 #: Settings of the worker (and of this process): quick retries so that the demo ends.
 DEMO_SETTINGS: dict[str, Any] = {
     "OUTBOX_RETRY_BASE": 1.0,
-    "OUTBOX_RETRY_CAP": 4.0,
+    "OUTBOX_RETRY_CAP": 2.0,
     "OUTBOX_MAX_ATTEMPTS": 4,
     "OUTBOX_CONNECT_TIMEOUT": 1.0,
-    "OUTBOX_TOTAL_TIMEOUT": 2.0,
+    "OUTBOX_TOTAL_TIMEOUT": 3.0,
     "OUTBOX_LEASE_SECONDS": 30.0,
     "OUTBOX_STOP_TIMEOUT": 3.0,
     "OUTBOX_BREAKER_COOL_OFF": 3.0,
 }
 QUEUES = "outbox.priority,outbox"
+QUIET = ("--without-heartbeat", "--without-mingle", "--without-gossip")
 SWEEP_EVERY = 3.0
 POLL = float(os.environ.get("DEMO_POLL", "0.1"))
 
@@ -161,8 +162,12 @@ def shown(path: Path) -> str:
     return str(path)
 
 
+class Stopped(Exception):
+    """The demo was asked to stop by a signal."""
+
+
 def _exit_on_signal(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+    raise Stopped(signal.Signals(signum).name)
 
 
 def _die_with_parent() -> None:
@@ -189,10 +194,18 @@ class Worker:
         )
         if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
             env["OUTBOX_SQLITE"] = str(settings.DATABASES["default"]["NAME"])
-        self.command = ["celery", "-A", "testproject", "worker", "-Q", QUEUES, "-c", str(concurrency)]
+        self.command = [
+            "celery",
+            "-A",
+            "testproject",
+            "worker",
+            "-Q",
+            QUEUES,
+            "-c",
+            str(concurrency),
+        ]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", *self.command, "--loglevel=INFO"]
-            + ["--without-heartbeat", "--without-mingle", "--without-gossip"],
+            [sys.executable, "-m", *self.command, "--loglevel=INFO", *QUIET],
             cwd=os.getcwd(),
             env=env,
             stdin=subprocess.DEVNULL,
@@ -265,10 +278,16 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=90.0, help="give up after (90 s)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        # SIGTERM (and a closed pipe) end the demo through the cleanup in ``finally``.
+        # SIGTERM and SIGHUP end the demo through the cleanup in ``finally``, as Ctrl-C does.
         signal.signal(signal.SIGTERM, _exit_on_signal)
         signal.signal(signal.SIGHUP, _exit_on_signal)
-        out = self.stdout._out  # the real stream: progress writes carriage returns
+        try:
+            self.demo(options)
+        except (KeyboardInterrupt, Stopped) as stop:
+            name = str(stop) or "interrupted"
+            raise CommandError(f"{name}: the worker and the inbox servers are stopped") from None
+
+    def demo(self, options: dict[str, Any]) -> None:
         run_dir = Path(settings.RUN_DIR).resolve()
         db = settings.DATABASES["default"]
         where = (
@@ -297,11 +316,13 @@ class Command(BaseCommand):
                 )
             worker = Worker(run_dir, options["concurrency"])
             print(f"worker: {' '.join(worker.command)}  (log: {shown(worker.log)})")
-            print(f"worker settings: {json.dumps(DEMO_SETTINGS)}")
+            poll = broker_overrides().get("CELERY_BROKER_TRANSPORT_OPTIONS", {})
+            extra = f" (broker polling_interval {poll['polling_interval']} s)" if poll else ""
+            print(f"worker settings: {json.dumps(DEMO_SETTINGS)}{extra}")
             stopped = time.monotonic()
             try:
                 worker.wait_ready()
-                ok = self.run(plan, farm, inboxes, worker, options["timeout"], out)
+                ok = self.run(plan, farm, inboxes, worker, options["timeout"])
                 print("stopping the worker (SIGTERM) and the inbox servers ...", end=" ")
                 stopped = time.monotonic()
             finally:
@@ -317,7 +338,6 @@ class Command(BaseCommand):
         inboxes: list[str],
         worker: Worker,
         timeout: float,
-        out: Any,
     ) -> bool:
         from django_outbox.sweeper import sweep
 
@@ -336,7 +356,7 @@ class Command(BaseCommand):
             f"{time.monotonic() - started:.2f} s (message #{fanout.pk}, lane {fanout.lane})\n"
         )
         expected = {fanout.pk: len(inboxes)}
-        progress = ProgressLine(out, started)
+        progress = ProgressLine(sys.stdout, started)
         print(progress.header())
         priority: dict[str, Any] = {}
         next_sweep = started + SWEEP_EVERY
@@ -345,9 +365,7 @@ class Command(BaseCommand):
         while True:
             snap = snapshot(expected)
             progress.show(snap)
-            if not priority and (
-                snap["delivered"] >= len(inboxes) // 4 or snap.at - started > 3.0
-            ):
+            if not priority and (snap["delivered"] >= len(inboxes) // 4 or snap.at - started > 3.0):
                 priority = self.send_priority(farm, snap)
                 expected[priority["message"].pk] = 1
                 progress.note(
@@ -396,7 +414,7 @@ class Command(BaseCommand):
         total: int,
     ) -> None:
         rows = Delivery.objects.filter(message_id=message_id)
-        by_inbox: dict[str, tuple[str, int]] = {
+        by_inbox: dict[str, tuple[str, int]] = {  # inbox: (state, attempts)
             inbox: (state, attempts)
             for inbox, state, attempts in rows.values_list("inbox", "state", "attempts")
         }
@@ -466,5 +484,14 @@ class Command(BaseCommand):
                 )
             elif row is not None:
                 print(f"priority send: {row.state} ({row.last_error or 'no error'})")
-        if mismatches:
-            print(f"UNEXPECTED outcomes for: {', '.join(mismatches)}")
+        for group in plan:
+            if group.label in mismatches:
+                odd = (
+                    rows.filter(inbox__in=group.inboxes)
+                    .exclude(state=group.expect)
+                    .order_by()
+                    .values_list("state", "last_error")
+                    .annotate(n=Count("id"))
+                )
+                for state, error, n in odd[:5]:
+                    print(f"UNEXPECTED: {group.label}: {n} {state} ({error or 'no error'})")
