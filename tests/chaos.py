@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
 
@@ -34,26 +33,37 @@ from django_outbox.sweeper import sweep
 from testproject.inbox_servers import Behaviour, ServerFarm
 from tests.conftest import Worker
 
-#: Settings of the chaos workers (merged over ``WORKER_SETTINGS``): short leases
-#: and retries so that recovery takes seconds, no signal log (fewer writes).
+#: Settings of the chaos workers (merged over ``WORKER_SETTINGS``): short leases so that
+#: a killed worker's deliveries are reclaimed within seconds, retries within a second, no
+#: signal log (fewer writes).  A worker starts a claimed delivery only in the first half
+#: of such a short lease (worker.run_deliveries), and a loopback answer takes milliseconds,
+#: so a live worker never outlasts its lease; the total timeout is long enough that no
+#: answer times out under load (a timeout after the inbox got the request would be a
+#: duplicate that no fault caused).
+TOTAL_TIMEOUT = 3
+LEASE = 8
 CHAOS_SETTINGS: dict[str, Any] = {
-    "OUTBOX_LEASE_SECONDS": 5,
+    "OUTBOX_LEASE_SECONDS": LEASE,
+    "OUTBOX_TOTAL_TIMEOUT": TOTAL_TIMEOUT,
+    "OUTBOX_CONNECT_TIMEOUT": TOTAL_TIMEOUT,
     "OUTBOX_REDISPATCH_AFTER": 3,
     "OUTBOX_RETRY_BASE": 0.2,
     "OUTBOX_RETRY_CAP": 1.0,
     "OUTBOX_CONCURRENCY": 32,
     "OUTBOX_PER_HOST": 4,
     "OUTBOX_STOP_TIMEOUT": 3,
-    "OUTBOX_TOTAL_TIMEOUT": 5,
     "DEMO_LOG_SIGNALS": False,
 }
 
 #: The same, for the sweeper and ``send`` in the test process (``override_settings``).
 IN_PROCESS_SETTINGS: dict[str, Any] = {
-    "OUTBOX_LEASE_SECONDS": 5,
-    "OUTBOX_REDISPATCH_AFTER": 3,
-    "OUTBOX_RETRY_BASE": 0.2,
-    "OUTBOX_RETRY_CAP": 1.0,
+    key: CHAOS_SETTINGS[key]
+    for key in (
+        "OUTBOX_LEASE_SECONDS",
+        "OUTBOX_REDISPATCH_AFTER",
+        "OUTBOX_RETRY_BASE",
+        "OUTBOX_RETRY_CAP",
+    )
 }
 
 NOTE = {
@@ -150,15 +160,23 @@ def states() -> Counter[str]:
     return Counter(Delivery.objects.values_list("state", flat=True))
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, every: float = 0.05) -> Any:
-    """Poll ``predicate`` (database errors count as false) until true, or fail."""
+def wait_until(
+    predicate: Callable[[], Any], timeout: float, every: float = 0.05, sweeping: bool = True
+) -> Any:
+    """Poll ``predicate`` (database errors count as false) until true, or fail; meanwhile
+    run the sweeper once a second, as beat would, unless ``sweeping`` is false."""
     deadline = time.monotonic() + timeout
+    next_sweep = time.monotonic() + 1.0
     while True:
         value = db_safe(predicate)
         if value:
             return value
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if now > deadline:
             raise AssertionError(f"timed out after {timeout}s; deliveries: {db_safe(states)}")
+        if sweeping and now >= next_sweep:
+            db_safe(sweep)
+            next_sweep = now + 1.0
         time.sleep(every)
 
 
@@ -375,18 +393,14 @@ def publishing_to(url: str) -> Iterator[None]:
     try:
         yield
     finally:
-        with contextlib.suppress(Exception):
-            if app._pool is not None:
-                app._pool.force_close_all()
+        # kombu keeps one pool per broker URL for the whole process: leave it open.
         app.conf["broker_write_url"], app._pool, amqp._producer_pool = saved
 
 
 # ---------------------------------------------------------------- postgresql ---
 def pg_ctl() -> str | None:
     """The newest ``pg_ctl`` binary on this machine."""
-    found = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3])
-    )
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
     return str(found[-1]) if found else shutil.which("pg_ctl")
 
 
@@ -424,7 +438,3 @@ def restart_postgres() -> float:
 def report(name: str, **counts: Any) -> None:
     """Print one line of measurements (shown with ``pytest -s`` and in the -rA summary)."""
     print(f"[chaos] {name}: " + ", ".join(f"{k}={v}" for k, v in counts.items()), flush=True)
-
-
-def run_dir() -> Path:
-    return Path(settings.RUN_DIR)
