@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -36,6 +36,11 @@ def _waiting_inboxes(message: Message, inboxes: Sequence[str]) -> set[str]:
     """Inboxes that still have a live delivery sent earlier with the same ordering key."""
     if not message.ordering_key:
         return set()
+    if connection.vendor == "postgresql":
+        # Sends with one key take turns until they commit, so that each sees
+        # the rows of the one before it (SQLite writers take turns anyway).
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [message.ordering_key])
     return set(
         Delivery.objects.filter(
             ordering_key=message.ordering_key,

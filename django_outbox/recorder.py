@@ -297,4 +297,4 @@ class Recorder:
         try:
             effects.publish()
         except Exception:
-            logger.exception("could not publish retries or send signals after saving outcomes")
+            logger.exception("could not publish retries or successors after saving outcomes")

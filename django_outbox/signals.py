@@ -1,4 +1,4 @@
-"""Signals an application connects to, sent by the worker after the row is saved.
+"""Signals an application connects to, sent by the worker for each attempt and give-up.
 
 Every signal is sent with ``sender=Delivery`` and these keyword arguments:
 

@@ -8,12 +8,13 @@ settled and promoted it at once, not because a sweep found it stranded.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from django_outbox import Batch, outbox
@@ -174,3 +175,36 @@ def test_a_delete_committed_as_its_create_settles_is_not_left_waiting(
         time.sleep(0.5)  # and the worker's look for a successor has passed
     wait_until(none_live, 10, sweeping=False)
     assert kinds(inbox_server.requests()) == [("Create", 202), ("Delete", 202)]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_sends_with_one_key_in_open_transactions_take_turns() -> None:
+    inbox = "https://one.example/inbox"
+    first_open = threading.Event()
+    release_first = threading.Event()
+    second_done = threading.Event()
+
+    def first() -> None:
+        with transaction.atomic():
+            outbox.send(ACTOR, {"type": "Create"}, [inbox], batch=Batch(ordering_key="note-9"))
+            first_open.set()
+            release_first.wait(10)
+        connections.close_all()
+
+    def second() -> None:
+        first_open.wait(10)
+        with transaction.atomic():
+            outbox.send(ACTOR, {"type": "Delete"}, [inbox], batch=Batch(ordering_key="note-9"))
+        second_done.set()
+        connections.close_all()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    assert not second_done.wait(1.0)  # waits for the first send's transaction
+    release_first.set()
+    for thread in threads:
+        thread.join(10)
+    states = list(Delivery.objects.order_by("id").values_list("state", flat=True))
+    assert states[1] == DeliveryState.WAITING
