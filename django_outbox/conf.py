@@ -164,6 +164,11 @@ class Settings:
         return float(_get("OUTBOX_CONNECT_TIMEOUT", 5.0))
 
     @property
+    def READ_TIMEOUT(self) -> float:
+        """Seconds a request may wait for the next byte of the answer (Mastodon: 10)."""
+        return float(_get("OUTBOX_READ_TIMEOUT", 10.0))
+
+    @property
     def TOTAL_TIMEOUT(self) -> float:
         """Seconds one request may take in all, however the server trickles."""
         return float(_get("OUTBOX_TOTAL_TIMEOUT", 30.0))

@@ -187,6 +187,7 @@ class Transport:
         user_agent: str,
         connect_timeout: float = 5.0,
         total_timeout: float = 30.0,
+        read_timeout: float = 10.0,
         max_response_bytes: int = 1 << 20,
         allowed_networks: Iterable[IPNetwork | str] = (),
         pool_per_host: int = 4,
@@ -195,11 +196,12 @@ class Transport:
         resolver: Resolver | None = None,
         dns_ttl: float = 60.0,
     ) -> None:
-        if connect_timeout <= 0 or total_timeout <= 0 or max_response_bytes < 0:
+        if min(connect_timeout, total_timeout, read_timeout) <= 0 or max_response_bytes < 0:
             raise ValueError("timeouts must be positive and max_response_bytes non-negative")
         self.user_agent = user_agent
         self.connect_timeout = connect_timeout
         self.total_timeout = total_timeout
+        self.read_timeout = read_timeout
         self.max_response_bytes = max_response_bytes
         self.allowed_networks = tuple(
             parse_networks([n])[0] if isinstance(n, str) else n for n in allowed_networks
@@ -295,7 +297,7 @@ class Transport:
         request.headers = headers
         request.body = body
         request.pin = (target.scheme, ip, target.port, target.host)
-        timeout = (min(self.connect_timeout, remaining), remaining)
+        timeout = (min(self.connect_timeout, remaining), min(self.read_timeout, remaining))
         where = f"{target.host} ({ip})" if ip != target.host else ip
         try:
             response = self._adapter_for_process().send(request, stream=True, timeout=timeout)
@@ -341,7 +343,9 @@ class Transport:
             error.during_connect = True
             return error
         if isinstance(exc, requests.ReadTimeout | ReadTimeoutError | socket.timeout):
-            return TimedOut(f"timed out waiting for {where}")
+            return TimedOut(
+                f"timed out waiting for {where}: {self.read_timeout:g} s without a byte"
+            )
         if isinstance(exc, requests.exceptions.SSLError | Urllib3SSLError | ssl.SSLError):
             return TLSFailed(_short(f"TLS failed with {where}: {_describe(reason)}"))
         return ProtocolFailed(_short(f"{where}: {_describe(reason)}"))

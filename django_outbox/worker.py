@@ -46,6 +46,7 @@ class WorkerProcess:
             user_agent=conf.USER_AGENT,
             connect_timeout=conf.CONNECT_TIMEOUT,
             total_timeout=conf.TOTAL_TIMEOUT,
+            read_timeout=conf.READ_TIMEOUT,
             max_response_bytes=conf.MAX_RESPONSE_BYTES,
             allowed_networks=conf.ALLOWED_NETWORKS,
             ca_bundle=conf.CA_BUNDLE,

@@ -390,3 +390,14 @@ def test_retry_after_date_defaults_to_now() -> None:
     later = format_datetime(datetime.now(UTC) + timedelta(seconds=60), usegmt=True)
     seconds = retry_after_seconds(later)
     assert seconds is not None and 55 < seconds <= 60
+
+
+def test_a_server_silent_longer_than_the_read_timeout_is_cut_before_the_budget(
+    server: InboxServer,
+) -> None:
+    transport = make_transport(total_timeout=10.0, read_timeout=0.5)
+    server.behave("/inbox", Behaviour(silent=True))
+    started = time.monotonic()
+    with pytest.raises(TimedOut, match="without a byte"):
+        transport.post(server.url(), JSON, b"{}")
+    assert time.monotonic() - started < 3.0
