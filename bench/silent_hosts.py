@@ -24,6 +24,7 @@ from bench.common import (
     Env,
     Farm,
     Worker,
+    _read_json_line,
     activity,
     log,
     machine,
@@ -32,7 +33,6 @@ from bench.common import (
     setup_django,
     start_services,
     summary,
-    _read_json_line,
 )
 
 
