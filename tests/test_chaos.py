@@ -123,13 +123,14 @@ def test_a_short_lease_still_sends(chaos_workers: Workers, inbox_server: InboxSe
 def test_redis_flushall_mid_run_loses_nothing(chaos_workers: Workers, chaos_broker: Any) -> None:
     """Every broker message (queued, unacked, countdowns) is wiped mid-run; the sweeper
     dispatches the rows again from the database."""
-    chaos_workers.start(2)
     started = time.monotonic()
     with Farm() as farm:
         inboxes = farm.inboxes(FAN_OUT)
-        outbox.send(ACTOR, NOTE, inboxes, batch=Batch(tag="flushall"))
-        # Early, while most messages still wait in the broker: a fast worker
-        # takes them from Redis as quickly as it can send.
+        # Rows and messages all written before the workers start, so that most
+        # messages are still in Redis when it is flushed, however fast the workers.
+        with override_settings(OUTBOX_INLINE_FANOUT=FAN_OUT):
+            outbox.send(ACTOR, NOTE, inboxes, batch=Batch(tag="flushall"))
+        chaos_workers.start(2)
         wait_until(lambda: delivered() >= 20, 60, every=0.01)
         client = chaos_broker.client()
         messages = sum(client.llen(q) for q in ("outbox", "outbox.priority", "outbox.low"))
