@@ -205,9 +205,13 @@ def test_half_open_resets_the_count(store: BreakerStore) -> None:
 
 
 def test_concurrent_admits_get_one_probe(store: BreakerStore) -> None:
-    _open(store)
-    time.sleep(COOLED)
-    kinds = _concurrently(16, lambda: store.admit(KEY, POLICY).kind)
+    # A cool-off long enough that the probe cannot expire while 16 threads on a
+    # busy machine are still asking (an expired probe rightly lets another through).
+    policy = BreakerPolicy(threshold=2, cool_off=0.5)
+    for _ in range(policy.threshold):
+        store.record(KEY, policy, failed=True, probe=None)
+    time.sleep(policy.cool_off + 0.03)
+    kinds = _concurrently(16, lambda: store.admit(KEY, policy).kind)
     assert sorted(kinds) == ["held"] * 15 + ["probe"]
 
 
