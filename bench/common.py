@@ -24,19 +24,26 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+#: Where the code runs from: the repository, or a snapshot of it (``run.py`` copies
+#: ``django_outbox/``, ``testproject/`` and ``bench/`` at the start of a run so that
+#: edits made meanwhile in the shared tree do not change the code under test).
 ROOT = Path(__file__).resolve().parent.parent
+#: The repository: services script, results, docs and run directory.
+REPO = Path(os.environ.get("BENCH_REPO", ROOT))
 PYTHON = sys.executable
-RUN_DIR = ROOT / ".run" / "bench"
+RUN_DIR = REPO / ".run" / "bench"
 LOG_DIR = RUN_DIR / "logs"
-RESULTS_DIR = ROOT / "bench" / "results"
+RESULTS_DIR = REPO / "bench" / "results"
 BENCH_DB = "outbox_bench"
 BENCH_REDIS_DB = 9
 ACTOR = "https://demo.example/users/alice"
 README_QUEUES = "outbox.priority,outbox"
 
 #: Worker settings of every scenario unless it says otherwise: the package defaults
-#: except a short stop timeout, so that stopping a worker between runs is quick.
-BASE_WORKER_SETTINGS: dict[str, Any] = {"OUTBOX_STOP_TIMEOUT": 3}
+#: except a short stop timeout, so that stopping a worker between runs is quick, and
+#: ``DEBUG=False`` as in production (testproject's ``DEBUG=True`` keeps the last 9,000
+#: SQL queries of each connection in memory and wraps every cursor).
+BASE_WORKER_SETTINGS: dict[str, Any] = {"OUTBOX_STOP_TIMEOUT": 3, "DEBUG": False}
 
 
 def activity(n: int = 0) -> dict[str, Any]:
@@ -87,15 +94,49 @@ def _with_path(url: str, path: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
 
 
+_LOCK: list[Any] = []
+
+
+def _lock_machine(wait: float = 1800.0) -> None:
+    """Hold ``RUN_DIR/bench.lock`` for the life of this process: one benchmark at a time.
+
+    Two benchmarks at once would share the bench database (each empties it before its
+    runs) and the 2 cores; the second waits for the first (at most ``wait`` seconds).
+    """
+    import fcntl
+
+    if _LOCK:
+        return
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    handle = (RUN_DIR / "bench.lock").open("w")
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise RuntimeError("another benchmark holds .run/bench/bench.lock") from None
+            if not _LOCK:
+                log("another benchmark is running; waiting for it to finish")
+                _LOCK.append(None)
+            time.sleep(2)
+    _LOCK[:] = [handle]
+
+
 def start_services() -> Env:
-    """Start (or reuse) Redis and PostgreSQL with ``scripts/services``; make the bench DB."""
+    """Start (or reuse) Redis and PostgreSQL with ``scripts/services``; make the bench DB.
+
+    Takes the benchmark lock first (see :func:`_lock_machine`).
+    """
+    _lock_machine()
     out = subprocess.run(
-        [str(ROOT / "scripts" / "services"), "start"],
+        [str(REPO / "scripts" / "services"), "start"],
         capture_output=True,
         text=True,
         check=True,
         timeout=600,
-        cwd=ROOT,
+        cwd=REPO,
     ).stdout
     exported = dict(
         line.removeprefix("export ").split("=", 1)
@@ -122,7 +163,7 @@ def setup_django(env: Env) -> None:
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     os.environ.update(
-        {k: v for k, v in env.process_env().items() if k != "PYTHONPATH"},
+        {k: v for k, v in env.process_env({"DEBUG": False}).items() if k != "PYTHONPATH"},
     )
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -130,6 +171,14 @@ def setup_django(env: Env) -> None:
     from django.core.management import call_command
 
     django.setup()
+    # Celery's loader may have put the working directory first on sys.path.
+    while str(ROOT) in sys.path:
+        sys.path.remove(str(ROOT))
+    sys.path.insert(0, str(ROOT))
+    import django_outbox
+
+    if not Path(django_outbox.__file__).is_relative_to(ROOT):
+        raise RuntimeError(f"django_outbox imported from {django_outbox.__file__}, not {ROOT}")
     call_command("migrate", verbosity=0, interactive=False)
 
 
@@ -342,6 +391,7 @@ class Worker:
     concurrency: int | None = None
     imports: Sequence[str] = ()
     name: str = "worker"
+    extra_env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
     log: Path = field(default_factory=lambda: LOG_DIR / f"worker-{time.time_ns()}.log")
 
@@ -349,6 +399,7 @@ class Worker:
         ready = RUN_DIR / f"ready-{time.time_ns()}"
         env = self.env.process_env({**BASE_WORKER_SETTINGS, **self.settings})
         env["BENCH_READY_FILE"] = str(ready)
+        env.update(self.extra_env)
         cmd = [PYTHON, "-m", "celery", "-A", "testproject", "worker", "-Q", self.queues]
         cmd += ["--loglevel=WARNING", "-I", ",".join(["bench.worker_hooks", *self.imports])]
         cmd += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
@@ -422,13 +473,18 @@ def machine_busy() -> tuple[float, float]:
     return (sum(fields[:8]) - idle) / tick, sum(fields[:8]) / tick
 
 
-def wait_quiet(limit: float = 0.3, max_wait: float = 120.0) -> float:
+#: Longest wait for a quiet machine before each timed run (``run.py --quiet-wait``).
+QUIET_WAIT = {"seconds": 120.0}
+
+
+def wait_quiet(limit: float = 0.3, max_wait: float | None = None) -> float:
     """Wait (at most ``max_wait`` s) until the machine is under ``limit`` busy over 1 s.
 
     The 2 cores are shared with other people's test runs; starting a timed run while
     they are busy measures them, not us.  Returns the last busy fraction seen (what
     competed at the start of the run, recorded with the figures).
     """
+    max_wait = QUIET_WAIT["seconds"] if max_wait is None else max_wait
     deadline = time.monotonic() + max_wait
     while True:
         busy0, total0 = machine_busy()
@@ -474,12 +530,12 @@ def machine() -> dict[str, Any]:
         cursor.execute("SHOW server_version")
         pg_version = cursor.fetchone()[0]
     redis_version = redis.Redis.from_url(os.environ["REDIS_URL"]).info()["redis_version"]
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
-    dirty = subprocess.run(
-        ["git", "status", "--porcelain", "django_outbox"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
+    commit = (
+        os.environ.get("BENCH_COMMIT")
+        or subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO
+        ).stdout.strip()
+    )
     return {
         "nproc": os.cpu_count(),
         "cpu": cpu,
@@ -492,7 +548,7 @@ def machine() -> dict[str, Any]:
         "requests": requests.__version__,
         "postgresql": pg_version,
         "redis": redis_version,
-        "commit": commit + ("+local changes" if dirty else ""),
+        "commit": commit,
     }
 
 
@@ -502,6 +558,34 @@ def status_kb_meminfo(name: str) -> int:
         if line.startswith(name + ":"):
             return int(line.split()[1])
     return 0
+
+
+def snapshot() -> tuple[Path, str]:
+    """Copy the code under test to ``RUN_DIR/code-<time>``; (its path, a description).
+
+    The description names the commit and, when ``django_outbox/`` differs from it, a
+    short hash of the uncommitted diff, so that results say what they measured.
+    """
+    import hashlib
+    import shutil
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], capture_output=True, text=True, cwd=REPO
+        ).stdout.strip()
+
+    for old in sorted(RUN_DIR.glob("code-*"))[:-2]:  # keep the last two
+        shutil.rmtree(old, ignore_errors=True)
+    target = RUN_DIR / f"code-{time.strftime('%Y%m%d-%H%M%S')}"
+    target.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "results", "*.pyc")
+    for name in ("django_outbox", "testproject", "bench"):
+        shutil.copytree(REPO / name, target / name, ignore=ignore)
+    diff = git("diff", "HEAD", "--", "django_outbox")
+    described = git("rev-parse", "--short", "HEAD")
+    if diff:
+        described += f" + uncommitted changes (diff {hashlib.sha1(diff.encode()).hexdigest()[:8]})"
+    return target, described
 
 
 def save_json(path: Path, data: Any) -> None:

@@ -1,1 +1,397 @@
-"""placeholder"""
+"""Write the generated part of ``docs/benchmarks.md`` and ``docs/benchmarks.png``.
+
+Only the text between the ``<!-- bench:begin -->`` and ``<!-- bench:end -->`` markers
+is replaced, so the hand-written analysis around it stays.  Run by ``bench/run.py``
+after a full run, or alone: ``python -m bench.report [bench/results/full.json]``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, RESULTS_DIR
+
+DOC = REPO / "docs" / "benchmarks.md"
+PLOT = REPO / "docs" / "benchmarks.png"
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+COMMAND = "/tmp/venv/bin/python bench/run.py"
+
+Row = tuple[str, dict[str, Any] | None, str, str, Callable[[float], bool] | None]
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "-"
+    if unit == "/s":
+        return f"{value:,.0f}"
+    if unit == "ms":
+        return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+    if unit == "s":
+        return f"{value:.3f}" if value < 10 else f"{value:.1f}"
+    if unit == "%":
+        return f"{value:.0f}%"
+    return f"{value:,.1f}"
+
+
+def _stat(values: list[float]) -> dict[str, Any]:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "n": len(ordered)}
+
+
+def _ratio(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Run-by-run percentage a/b (median, min, max)."""
+    if not a or not b or not a.get("values") or not b.get("values"):
+        return None
+    return _stat([100 * x / y for x, y in zip(a["values"], b["values"], strict=False)])
+
+
+def rows(results: dict[str, Any]) -> list[Row]:
+    """(what, summary, unit, target text, target check) for each line of the table."""
+    s = results["scenarios"]
+    out: list[Row] = []
+
+    def add(what: str, fig: Any, unit: str, target: str = "", check: Any = None) -> None:
+        if fig:
+            out.append((what, fig, unit, target, check))
+
+    rate = {
+        k: s.get(k, {}).get("rate")
+        for k in ("bare", "bare-ed25519", "cpu-bound", "cpu-bound-ed25519", "latency-bound")
+    }
+    add("bare sign+POST loop, 2 processes, RSA-2048 (ceiling)", rate["bare"], "/s")
+    add("bare sign+POST loop, 2 processes, Ed25519 (ceiling)", rate["bare-ed25519"], "/s")
+    naive = s.get("naive", {})
+    add(
+        "naive: Celery task per inbox, key parsed each time",
+        naive.get("naive", {}).get("rate"),
+        "/s",
+    )
+    add(
+        "task per inbox, key cached + keep-alive session", naive.get("cached", {}).get("rate"), "/s"
+    )
+    add(
+        "**cpu-bound**: 20,000 deliveries, 200 hosts, instant 202, RSA-2048",
+        rate["cpu-bound"],
+        "/s",
+        ">= 1,500",
+        lambda v: v >= 1500,
+    )
+    add(
+        "cpu-bound as % of the bare loop (RSA, run i / run i)",
+        _ratio(rate["cpu-bound"], rate["bare"]),
+        "%",
+        ">= 60%",
+        lambda v: v >= 60,
+    )
+    add(
+        "cpu-bound signed with Ed25519",
+        rate["cpu-bound-ed25519"],
+        "/s",
+        ">= 1,500",
+        lambda v: v >= 1500,
+    )
+    add(
+        "cpu-bound Ed25519 as % of the Ed25519 bare loop",
+        _ratio(rate["cpu-bound-ed25519"], rate["bare-ed25519"]),
+        "%",
+        ">= 60%",
+        lambda v: v >= 60,
+    )
+    for key, label in (("cpu-bound", "RSA"), ("cpu-bound-ed25519", "Ed25519")):
+        if key in s:
+            add(
+                f"worker CPU per delivery, cpu-bound {label}",
+                _stat([r["worker_cpu_ms_per_delivery"] for r in s[key]["runs"]]),
+                "ms",
+            )
+    add(
+        "**latency-bound**: 10,000 deliveries, 1,000 hosts answering in 100 ms",
+        rate["latency-bound"],
+        "/s",
+        ">= 1,000",
+        lambda v: v >= 1000,
+    )
+    targets = {"10000": ("< 50 ms", 50.0), "100000": ("< 500 ms", 500.0)}
+    sizes = s.get("fanout", {}).get("sizes", {})
+    for size, fig in sizes.items():
+        text, limit = targets.get(size, ("", None))
+        check = (lambda v, lim=limit: v < lim) if limit else None
+        add(
+            f"**`send`** to {int(size):,} inboxes (returns: committed + published)",
+            fig["send_ms"],
+            "ms",
+            text,
+            check,
+        )
+        add(f"... of which validating the {int(size):,} inbox URLs", fig["validate_ms"], "ms")
+    for size, fig in sizes.items():
+        if int(size) > 500 and fig["expand_s"].get("n"):
+            add(
+                f"expansion of {int(size):,} rows (a worker's job, timed in-process)",
+                fig["expand_s"],
+                "s",
+            )
+    prio = s.get("priority")
+    if prio:
+        add(
+            f"**priority**: 1-inbox send during a {prio['bulk']:,} fan-out, p50 (per round)",
+            prio["p50_s"],
+            "s",
+        )
+        add(
+            f"priority: p99 of {prio['sends']} sends (per round), README worker command",
+            prio["p99_s"],
+            "s",
+            "< 1 s",
+            lambda v: v < 1.0,
+        )
+        if prio.get("dedicated", {}).get("p99_s") is not None:
+            d = prio["dedicated"]
+            add(
+                "priority, + dedicated worker `-Q outbox.priority -c 1`: p50",
+                _stat([d["p50_s"]]),
+                "s",
+            )
+            add(
+                "priority, + dedicated worker `-Q outbox.priority -c 1`: p99",
+                _stat([d["p99_s"]]),
+                "s",
+                "< 1 s",
+                lambda v: v < 1.0,
+            )
+        control = prio.get("control", {})
+        if control.get("latencies_s"):
+            add(
+                f"control: worker `-Q outbox,outbox.priority`, {control.get('bulk', 0):,} fan-out",
+                _stat(control["latencies_s"]),
+                "s",
+                "slow, as it should be",
+            )
+    memory = s.get("memory")
+    if memory:
+        for size, fig in memory["sizes"].items():
+            add(
+                f"**worker peak RSS** (sum of VmHWM), {int(size):,} queued",
+                _stat([fig["peak_rss_mb"]]),
+                "MB",
+            )
+        add(
+            "growth from 10k to 100k queued",
+            _stat([memory["growth_mb"]]),
+            "MB",
+            "<= 20 MB",
+            lambda v: abs(v) <= 20,
+        )
+        first = next(iter(memory["sizes"].values()))
+        if first.get("elapsed_s"):
+            add(
+                "drain rate, 10,000 rows written beforehand (memory run, RSA)",
+                _stat([first["delivered"] / first["elapsed_s"]]),
+                "/s",
+            )
+    return out
+
+
+def components_table(results: dict[str, Any]) -> str:
+    """Per-step costs, if the components scenario ran."""
+    steps = results["scenarios"].get("components", {}).get("steps")
+    if not steps:
+        return ""
+    lines = ["| step (one thread, per delivery) | wall µs | CPU µs |", "|---|---:|---:|"]
+    lines += [f"| {k} | {v['wall_us']:,.0f} | {v['cpu_us']:,.0f} |" for k, v in steps.items()]
+    return "\n".join(lines)
+
+
+def experiments_table(results: dict[str, Any]) -> str:
+    """What-if variants, if ``--only experiments`` ran."""
+    exp = results["scenarios"].get("experiments")
+    if not exp:
+        return ""
+    lines = [
+        f"| variant ({exp['deliveries']:,} pre-queued, Ed25519) | deliveries/s | "
+        "worker CPU ms/delivery | engine threads | recorder | main thread |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for label, v in exp["variants"].items():
+        for r in v["runs"]:
+            t = r["threads_ms_per_delivery"]
+            lines.append(
+                f"| {label} | {r['rate']:,.0f} | {r['worker_cpu_ms_per_delivery']:.2f} | "
+                f"{t.get('outbox-send-N', 0):.2f} | {t.get('outbox-recorder', 0):.2f} | "
+                f"{t.get('MainThread', 0):.2f} |"
+            )
+    return "\n".join(lines)
+
+
+def table(results: dict[str, Any]) -> str:
+    """The markdown results table."""
+    lines = [
+        "| measurement | median | min | max | unit | n | target | met |",
+        "|---|---:|---:|---:|---|---:|---|---|",
+    ]
+    for what, fig, unit, target, check in rows(results):
+        if not fig or fig.get("median") is None:
+            continue
+        met = "" if check is None else ("yes" if check(fig["median"]) else "**no**")
+        lines.append(
+            f"| {what} | {_fmt(fig['median'], unit)} | {_fmt(fig['min'], unit)} | "
+            f"{_fmt(fig['max'], unit)} | {'deliveries/s' if unit == '/s' else unit} | "
+            f"{fig.get('n', 1)} | {target} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+def machine_table(m: dict[str, Any]) -> str:
+    """The machine and versions."""
+    items = [
+        ("CPU", f"{m['cpu']}, {m['nproc']} cores (`nproc`), shared by everything below"),
+        ("RAM", f"{m['ram_gb']} GB"),
+        ("Python", m["python"]),
+        ("Celery / kombu", f"{m['celery']} / {m['kombu']}"),
+        ("Django", m["django"]),
+        ("requests", m["requests"]),
+        ("PostgreSQL", m["postgresql"]),
+        ("Redis", m["redis"]),
+        ("django_outbox", f"commit {m['commit']}"),
+    ]
+    return "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in items)])
+
+
+def plot(results: dict[str, Any], path: Path = PLOT) -> None:
+    """Four panels: throughput, send time, priority latencies, worker memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = results["scenarios"]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    ax = axes[0][0]
+    bars = [
+        ("bare\nRSA", s.get("bare", {}).get("rate")),
+        ("cpu-bound\nRSA", s.get("cpu-bound", {}).get("rate")),
+        ("bare\nEd25519", s.get("bare-ed25519", {}).get("rate")),
+        ("cpu-bound\nEd25519", s.get("cpu-bound-ed25519", {}).get("rate")),
+        ("latency-\nbound", s.get("latency-bound", {}).get("rate")),
+        ("naive", s.get("naive", {}).get("naive", {}).get("rate")),
+        ("task/inbox\ncached", s.get("naive", {}).get("cached", {}).get("rate")),
+    ]
+    bars = [(n, f) for n, f in bars if f and f.get("median") is not None]
+    xs = range(len(bars))
+    med = [f["median"] for _, f in bars]
+    err = [[f["median"] - f["min"] for _, f in bars], [f["max"] - f["median"] for _, f in bars]]
+    ax.bar(xs, med, yerr=err, capsize=4, color="#4c72b0")
+    ax.set_xticks(list(xs), [n for n, _ in bars])
+    ax.axhline(1500, color="#c44e52", ls="--", lw=1, label="cpu-bound target 1,500/s")
+    ax.axhline(1000, color="#dd8452", ls=":", lw=1, label="latency-bound target 1,000/s")
+    ax.set_ylabel("deliveries/s (median, min-max)")
+    ax.set_title("Throughput")
+    ax.legend(fontsize=8)
+    ax = axes[0][1]
+    sizes = s.get("fanout", {}).get("sizes", {})
+    if sizes:
+        xs2 = [int(k) for k in sizes]
+        ys = [v["send_ms"]["median"] for v in sizes.values()]
+        lo = [v["send_ms"]["median"] - v["send_ms"]["min"] for v in sizes.values()]
+        hi = [v["send_ms"]["max"] - v["send_ms"]["median"] for v in sizes.values()]
+        ax.errorbar(xs2, ys, yerr=[lo, hi], marker="o", capsize=4, label="send() returns")
+        ax.scatter(
+            [10_000, 100_000],
+            [50, 500],
+            marker="_",
+            s=400,
+            color="#c44e52",
+            label="targets",
+            zorder=3,
+        )
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("inboxes")
+        ax.set_ylabel("ms")
+        ax.legend(fontsize=8)
+    ax.set_title("Fan-out: time for outbox.send to return")
+    ax = axes[1][0]
+    prio = s.get("priority", {})
+    for i, r in enumerate(prio.get("rounds", [])):
+        lat = sorted(r["latencies_s"])
+        if lat:
+            ax.plot(
+                [1000 * v for v in lat],
+                [(k + 1) / len(lat) for k in range(len(lat))],
+                label=f"round {i + 1}",
+                drawstyle="steps-post",
+            )
+    dedicated = sorted(prio.get("dedicated", {}).get("latencies_s") or [])
+    if dedicated:
+        ax.plot(
+            [1000 * v for v in dedicated],
+            [(k + 1) / len(dedicated) for k in range(len(dedicated))],
+            label="dedicated priority worker",
+            drawstyle="steps-post",
+            color="black",
+        )
+    ax.axvline(1000, color="#c44e52", ls="--", lw=1, label="target p99 1 s")
+    ax.set_xscale("log")
+    ax.set_xlabel("ms from send() to the inbox reading the request")
+    ax.set_ylabel("fraction of sends")
+    ax.set_title(f"Priority lane during a {prio.get('bulk', 0):,}-inbox fan-out")
+    if prio:
+        ax.legend(fontsize=8)
+    ax = axes[1][1]
+    for size, fig_ in s.get("memory", {}).get("sizes", {}).items():
+        samples = fig_["samples"]
+        ax.plot(
+            [d for _, d, _ in samples], [r for _, _, r in samples], label=f"{int(size):,} queued"
+        )
+    ax.set_xlabel("deliveries done")
+    ax.set_ylabel("worker RSS, MB (sum of processes)")
+    ax.set_title("Worker memory while draining the queue")
+    if s.get("memory"):
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def generated(results: dict[str, Any]) -> str:
+    """The generated block of the document."""
+    return "\n\n".join(
+        [
+            BEGIN,
+            f"Results of `{COMMAND}` (full run, {results.get('total_s', 0) / 60:.1f} min "
+            "including the waits for a quiet machine, "
+            f"finished {max(v.get('at', '') for v in results['scenarios'].values())}). "
+            "Raw figures, every run: `bench/results/full.json`.",
+            "### Machine\n\n" + machine_table(results["machine"]),
+            "### Results\n\n" + table(results),
+            "![Throughput, send time, priority latency and worker memory](benchmarks.png)",
+            *_optional("Cost of each step", components_table(results)),
+            *_optional("What-if experiments (`--only experiments`)", experiments_table(results)),
+            END,
+        ]
+    )
+
+
+def _optional(title: str, body: str) -> list[str]:
+    return [f"### {title}\n\n{body}"] if body else []
+
+
+def write(results: dict[str, Any]) -> None:
+    """Replace the generated block in docs/benchmarks.md and redraw the plot."""
+    plot(results)
+    block = generated(results)
+    text = DOC.read_text() if DOC.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
+    head, _, rest = text.partition(BEGIN)
+    _, _, tail = rest.partition(END)
+    DOC.write_text(head + block + tail)
+
+
+if __name__ == "__main__":
+    source = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS_DIR / "full.json"
+    write(json.loads(source.read_text()))

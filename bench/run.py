@@ -1,5 +1,7 @@
 """Run the benchmarks: ``/tmp/venv/bin/python bench/run.py [--quick] [--only NAME ...]``.
 
+Copies ``django_outbox/``, ``testproject/`` and ``bench/`` to ``.run/bench/code-*`` and
+runs that copy (others may edit the tree meanwhile; ``--no-snapshot`` runs in place).
 Starts (or reuses) Redis and PostgreSQL with ``scripts/services``, uses the database
 ``outbox_bench`` and Redis DB 9, runs each scenario in turn (one at a time: the
 machine has 2 cores) and writes ``bench/results/full.json`` (``quick.json`` with
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -21,14 +24,17 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import baselines, fanout, memory, priority, throughput
+from bench import baselines, components, experiments, fanout, memory, priority, throughput
 from bench.common import (
+    QUIET_WAIT,
+    REPO,
     RESULTS_DIR,
     Env,
     log,
     machine,
     save_json,
     setup_django,
+    snapshot,
     start_services,
 )
 
@@ -36,13 +42,18 @@ Scenario = Callable[[Env, bool], dict[str, Any]]
 
 SCENARIOS: dict[str, Scenario] = {
     "bare": baselines.bare,
+    "bare-ed25519": baselines.bare_ed25519,
     "cpu-bound": throughput.cpu_bound,
+    "cpu-bound-ed25519": throughput.cpu_bound_ed25519,
     "latency-bound": throughput.latency_bound,
     "naive": baselines.naive,
     "fanout": fanout.run,
     "priority": priority.run,
     "memory": memory.run,
+    "components": components.run,
 }
+#: Run only when named with --only (they take minutes and size recommendations).
+OPTIONAL: dict[str, Scenario] = {"experiments": experiments.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,12 +63,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only",
         nargs="+",
-        choices=sorted(SCENARIOS),
+        choices=sorted({**SCENARIOS, **OPTIONAL}),
         metavar="NAME",
-        help=f"run only these: {', '.join(SCENARIOS)}",
+        help=f"run only these: {', '.join({**SCENARIOS, **OPTIONAL})}",
     )
     parser.add_argument("--no-report", action="store_true", help="do not touch docs/")
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=120.0,
+        help="seconds to wait, before each timed run, for the machine to be idle (default 120)",
+    )
+    parser.add_argument(
+        "--no-snapshot",
+        action="store_true",
+        help="run the code in place instead of a copy taken at the start",
+    )
     options = parser.parse_args(argv)
+    if not options.no_snapshot and "BENCH_REPO" not in os.environ:
+        code, described = snapshot()
+        log(f"running a snapshot of the code: {code} ({described})")
+        env = {**os.environ, "BENCH_REPO": str(REPO), "BENCH_COMMIT": described}
+        args = [sys.executable, str(code / "bench" / "run.py"), *(argv or sys.argv[1:])]
+        os.chdir(code)  # Celery puts the working directory first on sys.path
+        os.execve(sys.executable, args, env)
+    QUIET_WAIT["seconds"] = options.quiet_wait
     names = options.only or list(SCENARIOS)
     path = RESULTS_DIR / ("quick.json" if options.quick else "full.json")
     results: dict[str, Any] = {}
@@ -72,13 +102,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in names:
         log(f"scenario {name} ({'quick' if options.quick else 'full'})")
         began = time.monotonic()
-        figures = SCENARIOS[name](env, options.quick)
+        figures = {**SCENARIOS, **OPTIONAL}[name](env, options.quick)
         figures["duration_s"] = round(time.monotonic() - began, 1)
         figures["at"] = time.strftime("%Y-%m-%d %H:%M:%S")
         results["scenarios"][name] = figures
         save_json(path, results)
         log(f"scenario {name} took {figures['duration_s']}s")
-    results["total_s"] = round(time.monotonic() - started, 1)
+    if not options.only:
+        results["total_s"] = round(time.monotonic() - started, 1)
     save_json(path, results)
     log(f"results in {path} ({results['total_s']}s)")
     if not options.quick and not options.no_report:
