@@ -188,13 +188,14 @@ def rows(results: dict[str, Any]) -> list[Row]:
             "<= 20 MB",
             lambda v: abs(v) <= 20,
         )
-        first = next(iter(memory["sizes"].values()))
-        if first.get("elapsed_s"):
-            add(
-                "drain rate, 10,000 rows written beforehand (memory run, RSA)",
-                _stat([first["delivered"] / first["elapsed_s"]]),
-                "/s",
-            )
+        drains = [
+            f["delivered"] / f["elapsed_s"] for f in memory["sizes"].values() if f["elapsed_s"]
+        ]
+        add(
+            "drain rate: 10,000 deliveries, rows written beforehand (memory runs, RSA)",
+            _stat(drains) if drains else None,
+            "/s",
+        )
     return out
 
 
@@ -247,8 +248,18 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def machine_table(m: dict[str, Any]) -> str:
-    """The machine and versions."""
+def machine_table(m: dict[str, Any], scenarios: dict[str, Any] | None = None) -> str:
+    """The machine and versions (and the commit each scenario measured)."""
+    by_commit: dict[str, list[str]] = {}
+    for name, fig in (scenarios or {}).items():
+        by_commit.setdefault(fig.get("commit", m["commit"]), []).append(name)
+    commits = (
+        "; ".join(
+            f"{c}" if len(by_commit) == 1 else f"{c} ({', '.join(names)})"
+            for c, names in by_commit.items()
+        )
+        or m["commit"]
+    )
     items = [
         ("CPU", f"{m['cpu']}, {m['nproc']} cores (`nproc`), shared by everything below"),
         ("RAM", f"{m['ram_gb']} GB"),
@@ -258,105 +269,9 @@ def machine_table(m: dict[str, Any]) -> str:
         ("requests", m["requests"]),
         ("PostgreSQL", m["postgresql"]),
         ("Redis", m["redis"]),
-        ("django_outbox", f"commit {m['commit']}"),
+        ("django_outbox", commits),
     ]
     return "\n".join(["| | |", "|---|---|", *(f"| {k} | {v} |" for k, v in items)])
-
-
-def plot(results: dict[str, Any], path: Path = PLOT) -> None:
-    """Four panels: throughput, send time, priority latencies, worker memory."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    s = results["scenarios"]
-    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
-    ax = axes[0][0]
-    bars = [
-        ("bare\nRSA", s.get("bare", {}).get("rate")),
-        ("cpu-bound\nRSA", s.get("cpu-bound", {}).get("rate")),
-        ("bare\nEd25519", s.get("bare-ed25519", {}).get("rate")),
-        ("cpu-bound\nEd25519", s.get("cpu-bound-ed25519", {}).get("rate")),
-        ("latency-\nbound", s.get("latency-bound", {}).get("rate")),
-        ("naive", s.get("naive", {}).get("naive", {}).get("rate")),
-        ("task/inbox\ncached", s.get("naive", {}).get("cached", {}).get("rate")),
-    ]
-    bars = [(n, f) for n, f in bars if f and f.get("median") is not None]
-    xs = range(len(bars))
-    med = [f["median"] for _, f in bars]
-    err = [[f["median"] - f["min"] for _, f in bars], [f["max"] - f["median"] for _, f in bars]]
-    ax.bar(xs, med, yerr=err, capsize=4, color="#4c72b0")
-    ax.set_xticks(list(xs), [n for n, _ in bars])
-    ax.axhline(1500, color="#c44e52", ls="--", lw=1, label="cpu-bound target 1,500/s")
-    ax.axhline(1000, color="#dd8452", ls=":", lw=1, label="latency-bound target 1,000/s")
-    ax.set_ylabel("deliveries/s (median, min-max)")
-    ax.set_title("Throughput")
-    ax.legend(fontsize=8)
-    ax = axes[0][1]
-    sizes = s.get("fanout", {}).get("sizes", {})
-    if sizes:
-        xs2 = [int(k) for k in sizes]
-        ys = [v["send_ms"]["median"] for v in sizes.values()]
-        lo = [v["send_ms"]["median"] - v["send_ms"]["min"] for v in sizes.values()]
-        hi = [v["send_ms"]["max"] - v["send_ms"]["median"] for v in sizes.values()]
-        ax.errorbar(xs2, ys, yerr=[lo, hi], marker="o", capsize=4, label="send() returns")
-        ax.scatter(
-            [10_000, 100_000],
-            [50, 500],
-            marker="_",
-            s=400,
-            color="#c44e52",
-            label="targets",
-            zorder=3,
-        )
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("inboxes")
-        ax.set_ylabel("ms")
-        ax.legend(fontsize=8)
-    ax.set_title("Fan-out: time for outbox.send to return")
-    ax = axes[1][0]
-    prio = s.get("priority", {})
-    for i, r in enumerate(prio.get("rounds", [])):
-        lat = sorted(r["latencies_s"])
-        if lat:
-            ax.plot(
-                [1000 * v for v in lat],
-                [(k + 1) / len(lat) for k in range(len(lat))],
-                label=f"round {i + 1}",
-                drawstyle="steps-post",
-            )
-    dedicated = sorted(prio.get("dedicated", {}).get("latencies_s") or [])
-    if dedicated:
-        ax.plot(
-            [1000 * v for v in dedicated],
-            [(k + 1) / len(dedicated) for k in range(len(dedicated))],
-            label="dedicated priority worker",
-            drawstyle="steps-post",
-            color="black",
-        )
-    ax.axvline(1000, color="#c44e52", ls="--", lw=1, label="target p99 1 s")
-    ax.set_xscale("log")
-    ax.set_xlabel("ms from send() to the inbox reading the request")
-    ax.set_ylabel("fraction of sends")
-    ax.set_title(f"Priority lane during a {prio.get('bulk', 0):,}-inbox fan-out")
-    if prio:
-        ax.legend(fontsize=8)
-    ax = axes[1][1]
-    for size, fig_ in s.get("memory", {}).get("sizes", {}).items():
-        samples = fig_["samples"]
-        ax.plot(
-            [d for _, d, _ in samples], [r for _, _, r in samples], label=f"{int(size):,} queued"
-        )
-    ax.set_xlabel("deliveries done")
-    ax.set_ylabel("worker RSS, MB (sum of processes)")
-    ax.set_title("Worker memory while draining the queue")
-    if s.get("memory"):
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def generated(results: dict[str, Any]) -> str:
@@ -368,7 +283,7 @@ def generated(results: dict[str, Any]) -> str:
             "including the waits for a quiet machine, "
             f"finished {max(v.get('at', '') for v in results['scenarios'].values())}). "
             "Raw figures, every run: `bench/results/full.json`.",
-            "### Machine\n\n" + machine_table(results["machine"]),
+            "### Machine\n\n" + machine_table(results["machine"], results["scenarios"]),
             "### Results\n\n" + table(results),
             "![Throughput, send time, priority latency and worker memory](benchmarks.png)",
             *_optional("Cost of each step", components_table(results)),
@@ -384,7 +299,9 @@ def _optional(title: str, body: str) -> list[str]:
 
 def write(results: dict[str, Any]) -> None:
     """Replace the generated block in docs/benchmarks.md and redraw the plot."""
-    plot(results)
+    from bench.plot import plot
+
+    plot(results, PLOT)
     block = generated(results)
     text = DOC.read_text() if DOC.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
     head, _, rest = text.partition(BEGIN)

@@ -104,6 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         began = time.monotonic()
         figures = {**SCENARIOS, **OPTIONAL}[name](env, options.quick)
         figures["duration_s"] = round(time.monotonic() - began, 1)
+        figures["commit"] = results["machine"]["commit"]
         figures["at"] = time.strftime("%Y-%m-%d %H:%M:%S")
         results["scenarios"][name] = figures
         save_json(path, results)
