@@ -179,7 +179,11 @@ def test_a_delete_committed_as_its_create_settles_is_not_left_waiting(
 
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
-def test_sends_with_one_key_in_open_transactions_take_turns() -> None:
+def test_sends_with_one_key_in_open_transactions_take_turns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Nothing is published: a worker writing these rows would race the table flush.
+    monkeypatch.setattr("django_outbox.dispatch.publish", lambda *args, **kwargs: True)
     inbox = "https://one.example/inbox"
     first_open = threading.Event()
     release_first = threading.Event()
