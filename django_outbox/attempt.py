@@ -55,6 +55,12 @@ class Job:
     extra_headers: Mapping[str, str] = field(default_factory=dict)
 
 
+_HELD = {
+    "open": "held: the destination's circuit breaker is open",
+    "busy": "held: {} deliveries to the destination await an answer",
+}
+
+
 def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
     headers = sign_headers(
         scheme,
@@ -118,7 +124,7 @@ def _attempt_at(
     job: Job, url: str, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
 ) -> Outcome:
     key = ""
-    probe = None
+    admission = None
     if policy is not None:
         key = breaker_key(urlsplit(url).hostname or "", url, conf.BREAKER_SCOPE)  # type: ignore[arg-type]
         admission = breakers.admit(key, policy)
@@ -127,10 +133,9 @@ def _attempt_at(
                 job.claimed.id,
                 job.token,
                 Kind.HELD,
-                error="held: the destination's circuit breaker is open",
+                error=_HELD[admission.why or "open"].format(policy.threshold),
                 held_for=admission.retry_in,
             )
-        probe = admission.probe
     try:
         response = _knock(transport, job, url)
     except BlockedAddress as error:
@@ -141,5 +146,5 @@ def _attempt_at(
         outcome = _outcome(job, response)
     if policy is not None:
         failed = outcome.kind is Kind.RETRY and server_failed(outcome.status)
-        breakers.record(key, policy, failed=failed, probe=probe)
+        breakers.record(key, policy, failed=failed, admission=admission)
     return outcome

@@ -3,31 +3,29 @@
 After ``threshold`` failures in a row a breaker opens: deliveries are held, without a
 request, for ``cool_off`` seconds.  Then one at a time is let through as a probe: success
 closes it, failure reopens it, and a probe that never reports back (a crashed worker) is
-given up after a cool-off.  :class:`RedisBreakerStore` shares breakers between all workers.
+given up after a cool-off.
+
+While it is closed, a breaker also counts the deliveries it let through whose answer has
+not come yet: failures plus those may never exceed ``threshold``, so a server that takes
+connections and never answers gets at most ``threshold`` requests before its breaker
+opens, however many workers send to it.  An admitted delivery stops counting when its
+outcome is recorded, or after ``answer_within`` seconds (a worker that died).
+
+:class:`MemoryBreakerStore` keeps breakers in one process;
+:class:`~django_outbox.redis_breakers.RedisBreakerStore` shares them between all workers.
 """
 
 from __future__ import annotations
 
 import itertools
-import logging
-import re
 import threading
 import time
-import uuid
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-import redis
+from typing import Literal, Protocol
 
 from django_outbox.exceptions import OutboxConfigurationError, OutboxError
-
-if TYPE_CHECKING:
-    from redis.commands.core import Script
-
-logger = logging.getLogger("django_outbox.breakers")
 
 
 class BreakerStoreUnavailable(OutboxError):
@@ -36,39 +34,55 @@ class BreakerStoreUnavailable(OutboxError):
 
 @dataclass(frozen=True)
 class BreakerPolicy:
-    """When a breaker opens and for how long, as the settings say."""
+    """When a breaker opens, for how long, and how long an admitted delivery counts."""
 
     #: Failures in a row that open the breaker.
     threshold: int = 10
     #: Seconds it holds deliveries before a probe, and how long a probe is waited for.
     cool_off: float = 60.0
+    #: Seconds an admitted delivery counts as awaiting its answer, at most.
+    answer_within: float = 70.0
 
     def __post_init__(self) -> None:
         if self.threshold < 1:
             raise OutboxConfigurationError(f"breaker threshold {self.threshold!r} is below 1")
         if not self.cool_off > 0:
             raise OutboxConfigurationError(f"breaker cool-off {self.cool_off!r} is not positive")
+        if not self.answer_within > 0:
+            raise OutboxConfigurationError(
+                f"breaker answer_within {self.answer_within!r} is not positive"
+            )
 
     @property
     def idle_after(self) -> float:
         """Seconds after its last change that a breaker may be forgotten (> a cool-off)."""
-        return max(self.cool_off * 2, 600.0)
+        return max(self.cool_off * 2, self.answer_within, 600.0)
+
+
+#: Seconds a held delivery waits when the breaker is closed but ``threshold``
+#: deliveries to the destination await their answer.
+BUSY_WAIT = 1.0
 
 
 @dataclass(frozen=True)
 class Admission:
     """A store's answer to "may this delivery be sent now?".
 
-    ``pass``: send it.  ``probe``: send it as the half-open breaker's probe and
-    give ``probe`` back to :meth:`BreakerStore.record`.  ``held``: do not send it;
-    try again in about ``retry_in`` seconds, without spending an attempt.
+    ``pass``: send it.  ``probe``: send it as the half-open breaker's probe.
+    ``held``: do not send it; try again in about ``retry_in`` seconds, without
+    spending an attempt; ``why`` says whether the breaker is ``open`` or
+    ``busy`` (``threshold`` deliveries already await an answer).  Whatever is
+    sent is reported to :meth:`BreakerStore.record` with this admission, whose
+    ``token`` names it in the store (``None``: the store does not track it).
     """
 
     kind: Literal["pass", "probe", "held"]
-    probe: str | None = None
+    token: str | None = None
     retry_in: float = 0.0
+    why: Literal["", "open", "busy"] = ""
 
 
+#: The admission of a delivery the store does not track.
 PASS = Admission("pass")
 
 
@@ -92,11 +106,14 @@ class BreakerStore(Protocol):
         """Whether a delivery to ``key`` may be sent now; ``probe`` takes the probe."""
         ...
 
-    def record(self, key: str, policy: BreakerPolicy, *, failed: bool, probe: str | None) -> None:
-        """Record how a delivery to ``key`` went; ``probe``: the token admit gave it.
+    def record(
+        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
+    ) -> None:
+        """Record how a delivery to ``key`` that ``admission`` let through went.
 
-        Only a probe's outcome closes or reopens an open breaker: other answers
-        were sent before it opened and say nothing about the server now.
+        Only the current probe's outcome closes or reopens an open breaker: other
+        answers were sent before it opened and say nothing about the server now.
+        ``admission`` is ``None`` for an outcome the store did not admit.
         """
         ...
 
@@ -121,11 +138,18 @@ def breaker_key(url_host: str, inbox: str, scope: Literal["host", "inbox"]) -> s
     raise OutboxConfigurationError(f'breaker scope is "host" or "inbox", not {scope!r}')
 
 
+def held(retry_in: float, why: Literal["open", "busy"]) -> Admission:
+    """A ``held`` admission, waiting ``retry_in`` seconds (at least a millisecond)."""
+    return Admission("held", retry_in=max(0.001, retry_in), why=why)
+
+
 @dataclass
 class _Breaker:
     failures: int = 0
     open_until: float | None = None  # monotonic; None while closed
-    probe_until: float | None = None  # None while no probe is under way
+    probe: str | None = None  # the probe's token while one is under way
+    probe_until: float = 0.0
+    awaiting: dict[str, float] = field(default_factory=dict)  # token: counts until
     changed: float = 0.0
 
 
@@ -140,47 +164,63 @@ class MemoryBreakerStore:
     def __init__(self, max_keys: int = 10_000) -> None:
         self._max_keys = max(1, max_keys)
         self._lock = threading.Lock()
+        self._tokens = itertools.count(1)
         # Ordered by last change, oldest first, so forgetting starts at the front.
         self._breakers: OrderedDict[str, _Breaker] = OrderedDict()
 
     def admit(self, key: str, policy: BreakerPolicy) -> Admission:
         """See :meth:`BreakerStore.admit`."""
         with self._lock:
-            state = self._breakers.get(key)
-            if state is None or state.open_until is None:
-                return PASS
             now = time.monotonic()
-            if now < state.open_until:
-                return Admission("held", retry_in=state.open_until - now)
-            if state.probe_until is not None and now < state.probe_until:
-                return Admission("held", retry_in=state.probe_until - now)
-            state.probe_until, state.failures = now + policy.cool_off, 0
+            self._forget_idle(now, policy)
+            state = self._breakers.get(key)
+            if state is None:
+                state = self._breakers[key] = _Breaker()
+            token = str(next(self._tokens))
+            if state.open_until is not None:
+                if now < state.open_until:
+                    return held(state.open_until - now, "open")
+                if state.probe is not None and now < state.probe_until:
+                    return held(state.probe_until - now, "open")
+                state.probe, state.probe_until, state.failures = token, now + policy.cool_off, 0
+                self._touch(key, state, now)
+                return Admission("probe", token=token)
+            state.awaiting = {t: until for t, until in state.awaiting.items() if until > now}
+            if state.awaiting and state.failures + len(state.awaiting) >= policy.threshold:
+                return held(_busy_wait(state.failures, min(state.awaiting.values()) - now), "busy")
+            state.awaiting[token] = now + policy.answer_within
             self._touch(key, state, now)
-            return Admission("probe", probe=uuid.uuid4().hex)
+            return Admission("pass", token=token)
 
-    def record(self, key: str, policy: BreakerPolicy, *, failed: bool, probe: str | None) -> None:
+    def record(
+        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
+    ) -> None:
         """See :meth:`BreakerStore.record`."""
+        token = admission.token if admission is not None else None
         with self._lock:
             now = time.monotonic()
-            while self._breakers and (
-                now - next(iter(self._breakers.values())).changed > policy.idle_after
-            ):
-                self._breakers.popitem(last=False)
+            self._forget_idle(now, policy)
             state = self._breakers.get(key)
-            if state is not None and state.open_until is not None:
-                if probe is None:
+            if state is None:
+                if not failed:
+                    return
+                state = self._breakers[key] = _Breaker()
+            if token is not None:
+                state.awaiting.pop(token, None)
+            if state.open_until is not None:
+                if token is None or token != state.probe:
                     return
                 if not failed:
                     del self._breakers[key]
                     return
-                state.open_until, state.probe_until = now + policy.cool_off, None
+                state.open_until, state.probe = now + policy.cool_off, None
                 state.failures += 1
             elif not failed:
-                self._breakers.pop(key, None)
+                state.failures = 0
+                if not state.awaiting:
+                    del self._breakers[key]
                 return
             else:
-                if state is None:
-                    state = self._breakers[key] = _Breaker()
                 state.failures += 1
                 if state.failures >= policy.threshold:
                     state.open_until = now + policy.cool_off
@@ -193,207 +233,48 @@ class MemoryBreakerStore:
         with self._lock:
             now = time.monotonic()
             found = [
-                _state(key, s.failures, s.open_until - now, (s.probe_until or now) - now)
+                breaker_state(
+                    key,
+                    s.failures,
+                    s.open_until - now,
+                    s.probe_until - now if s.probe is not None else 0.0,
+                )
                 for key, s in self._breakers.items()
                 if s.open_until is not None
             ]
-        return _latest(found, limit)
+        return latest(found, limit)
 
     def reset(self, key: str) -> None:
         """See :meth:`BreakerStore.reset`."""
         with self._lock:
             self._breakers.pop(key, None)
 
+    def _forget_idle(self, now: float, policy: BreakerPolicy) -> None:
+        while self._breakers and (
+            now - next(iter(self._breakers.values())).changed > policy.idle_after
+        ):
+            self._breakers.popitem(last=False)
+
     def _touch(self, key: str, state: _Breaker, now: float) -> None:
         state.changed = now
         self._breakers.move_to_end(key)
 
 
-# A hash per breaker: failures, open_until (ms, absent while closed), probe, probe_until (ms).
-# Time is Redis's TIME (workers' clocks never matter; effects replication lets it precede a
-# write); ms stay below 10**14, which Lua prints exactly.  ARGV: token, cool-off, expiry (ms).
-_ADMIT_LUA = """
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local s = redis.call('HMGET', KEYS[1], 'open_until', 'probe_until')
-local open_until, probe_until = tonumber(s[1]), tonumber(s[2])
-if not open_until then return {'pass', 0} end
-if now < open_until then return {'held', open_until - now} end
-if probe_until and now < probe_until then return {'held', probe_until - now} end
-redis.call('HSET', KEYS[1], 'probe', ARGV[1], 'probe_until', now + ARGV[2], 'failures', 0)
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {'probe', 0}
-"""
-# ARGV: '1' failed or '0', probe token or '', threshold, cool-off (ms), expiry (ms).
-_RECORD_LUA = """
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local s = redis.call('HMGET', KEYS[1], 'failures', 'open_until')
-local failures = (tonumber(s[1]) or 0) + 1
-if s[2] then
-  if ARGV[2] == '' then return 0 end
-  if ARGV[1] == '0' then redis.call('DEL', KEYS[1]) return 0 end
-  redis.call('HSET', KEYS[1], 'open_until', now + ARGV[4], 'failures', failures)
-  redis.call('HDEL', KEYS[1], 'probe', 'probe_until')
-elseif ARGV[1] == '0' then
-  if s[1] then redis.call('DEL', KEYS[1]) end
-  return 0
-elseif failures >= tonumber(ARGV[3]) then
-  redis.call('HSET', KEYS[1], 'failures', failures, 'open_until', now + ARGV[4])
-else
-  redis.call('HSET', KEYS[1], 'failures', failures)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
-"""
+def _busy_wait(failures: int, until_first_lapses: float) -> float:
+    """How long to hold a delivery while ``threshold`` deliveries await their answer.
+
+    With failures counted, only a success or a lapsed wait frees a place, and a
+    failing server seldom answers well: wait for the first wait to lapse.  With
+    none, the server may just be busy: look again soon.
+    """
+    return max(BUSY_WAIT, until_first_lapses) if failures else BUSY_WAIT
 
 
-class _WarningLimiter:
-    """Logs at most one warning per ``every`` seconds, counting the ones it drops."""
-
-    def __init__(self, every: float) -> None:
-        self.every, self.next, self.dropped, self.lock = every, 0.0, 0, threading.Lock()
-
-    def warn(self, message: str, *args: object) -> None:
-        with self.lock:
-            if (now := time.monotonic()) < self.next:
-                self.dropped += 1
-                return
-            self.next, dropped, self.dropped = now + self.every, self.dropped, 0
-        logger.warning(message + " (%d similar warnings dropped)", *args, dropped)
-
-
-# One for the process: a down Redis is one problem, however many stores see it.
-_warnings = _WarningLimiter(60.0)
-
-
-def _state(key: str, failures: int, open_in: float, probe_in: float) -> BreakerState:
+def breaker_state(key: str, failures: int, open_in: float, probe_in: float) -> BreakerState:
     """A breaker's state from seconds until it stops holding and until its probe ends."""
     return BreakerState(key, failures, datetime.now(UTC) + timedelta(seconds=open_in), probe_in > 0)
 
 
-def _latest(found: list[BreakerState], limit: int) -> list[BreakerState]:
+def latest(found: list[BreakerState], limit: int) -> list[BreakerState]:
+    """The ``limit`` states that stop holding last."""
     return sorted(found, key=lambda state: state.open_until, reverse=True)[: max(0, limit)]
-
-
-def _ms(seconds: float) -> int:
-    return max(1, round(seconds * 1000))
-
-
-class RedisBreakerStore:
-    """Breakers in Redis, shared by every worker process on every machine.
-
-    ``client_factory`` is called on each use (fork safety is the client's).  Each
-    breaker is a hash under ``prefix`` with an expiry refreshed on every change.
-    An unreachable Redis never stops delivery: :meth:`admit` answers ``pass`` and
-    :meth:`record` does nothing, with a rate-limited warning; then Redis is skipped
-    for ``error_pause`` seconds but by one caller, since a client with its default
-    retries can take seconds to fail each call.
-    """
-
-    def __init__(
-        self,
-        client_factory: Callable[[], redis.Redis],
-        prefix: str = "outbox:breaker:",
-        *,
-        error_pause: float = 15.0,
-    ) -> None:
-        self._client_factory = client_factory
-        self.prefix = prefix
-        self._error_pause = error_pause
-        self._lock = threading.Lock()
-        self._retry_at: float | None = None
-        self._scripts: tuple[redis.Redis, Script, Script] | None = None
-
-    def admit(self, key: str, policy: BreakerPolicy) -> Admission:
-        """See :meth:`BreakerStore.admit`; ``pass`` when Redis cannot answer."""
-        token = uuid.uuid4().hex
-        reply = self._run(0, key, token, _ms(policy.cool_off), _ms(policy.idle_after))
-        kind = reply[0] if reply else b"pass"
-        if kind in (b"probe", "probe"):  # bytes, unless the client decodes responses
-            return Admission("probe", probe=token)
-        if kind in (b"held", "held"):
-            return Admission("held", retry_in=int(reply[1]) / 1000)
-        return PASS
-
-    def record(self, key: str, policy: BreakerPolicy, *, failed: bool, probe: str | None) -> None:
-        """See :meth:`BreakerStore.record`; does nothing when Redis cannot answer."""
-        cool_off, idle = _ms(policy.cool_off), _ms(policy.idle_after)
-        self._run(1, key, int(failed), probe or "", policy.threshold, cool_off, idle)
-
-    def states(self, limit: int = 500) -> list[BreakerState]:
-        """See :meth:`BreakerStore.states` (keys found by ``SCAN``); may raise Unavailable."""
-        try:
-            client = self._client_factory()
-            seconds, microseconds = client.time()
-            now = seconds + microseconds / 1e6
-            names = client.scan_iter(
-                match=re.sub(r"([*?[\]\\])", r"\\\1", self.prefix) + "*", count=500
-            )
-            found: list[BreakerState] = []
-            while len(found) < limit and (batch := list(itertools.islice(names, 100))):
-                pipe = client.pipeline(transaction=False)
-                for name in batch:
-                    pipe.hmget(name, ["failures", "open_until", "probe_until"])
-                for name, (failures, until, probe) in zip(batch, pipe.execute(), strict=True):
-                    if until is not None:
-                        key = (name.decode() if isinstance(name, bytes) else name)[
-                            len(self.prefix) :
-                        ]
-                        probe_in = 0.0 if probe is None else int(probe) / 1000 - now
-                        open_in = int(until) / 1000 - now
-                        found.append(_state(key, int(failures or 0), open_in, probe_in))
-        except redis.RedisError as error:
-            raise BreakerStoreUnavailable(f"cannot read breakers from Redis: {error}") from error
-        return _latest(found, limit)
-
-    def reset(self, key: str) -> None:
-        """See :meth:`BreakerStore.reset`; raises :class:`BreakerStoreUnavailable`."""
-        try:
-            self._client_factory().delete(self.prefix + key)
-        except redis.RedisError as error:
-            raise BreakerStoreUnavailable(f"cannot reset breaker {key!r}: {error}") from error
-
-    def _run(self, which: int, key: str, *args: str | int) -> Any:
-        """Run script ``which`` (0 admit, 1 record); ``None`` if Redis is unavailable."""
-        if self._retry_at is not None:
-            with self._lock:
-                now = time.monotonic()
-                if self._retry_at is not None and now < self._retry_at:
-                    return None
-                # This caller tries Redis again; the others keep skipping it meanwhile.
-                self._retry_at = now + self._error_pause
-        try:
-            client = self._client_factory()
-            if self._scripts is None or self._scripts[0] is not client:
-                admit, record = (client.register_script(s) for s in (_ADMIT_LUA, _RECORD_LUA))
-                self._scripts = (client, admit, record)
-            script = self._scripts[2] if which else self._scripts[1]
-            reply = script(keys=[self.prefix + key], args=args, client=client)
-        except redis.RedisError as error:
-            with self._lock:
-                self._retry_at = time.monotonic() + self._error_pause
-            _warnings.warn(
-                "Circuit breakers in Redis unavailable (%s); letting deliveries through", error
-            )
-            return None
-        self._retry_at = None
-        return reply
-
-
-def redis_store_for_cache(alias: str, prefix: str = "outbox:breaker:") -> RedisBreakerStore:
-    """A store on django-redis cache ``alias``, whose connection is looked up on each use.
-
-    So it is safe to call at import time, and the client's own fork handling applies.
-    """
-
-    def connect() -> redis.Redis:
-        from django_redis import get_redis_connection
-
-        try:
-            client: redis.Redis = get_redis_connection(alias)
-        except NotImplementedError as error:
-            raise OutboxConfigurationError(f"cache {alias!r} is not django-redis") from error
-        return client
-
-    return RedisBreakerStore(connect, prefix=prefix)

@@ -19,14 +19,10 @@ from collections.abc import Iterable
 from django.db.models import F
 from django.utils import timezone
 
-from django_outbox.breakers import (
-    BreakerPolicy,
-    BreakerStore,
-    MemoryBreakerStore,
-    redis_store_for_cache,
-)
+from django_outbox.breakers import BreakerPolicy, BreakerStore, MemoryBreakerStore
 from django_outbox.conf import conf
 from django_outbox.models import Host
+from django_outbox.redis_breakers import redis_store_for_cache
 
 _unavailable: tuple[frozenset[str], float] = (frozenset(), 0.0)
 _lock = threading.Lock()
@@ -42,7 +38,12 @@ def breaker_policy() -> BreakerPolicy | None:
     """The configured breaker policy, or ``None`` when breakers are off (threshold 0)."""
     if conf.BREAKER_THRESHOLD <= 0:
         return None
-    return BreakerPolicy(threshold=conf.BREAKER_THRESHOLD, cool_off=conf.BREAKER_COOL_OFF)
+    return BreakerPolicy(
+        threshold=conf.BREAKER_THRESHOLD,
+        cool_off=conf.BREAKER_COOL_OFF,
+        # Two knocks of the whole time budget, as a worker's lease allows for.
+        answer_within=2 * conf.TOTAL_TIMEOUT + 10,
+    )
 
 
 def skip_unless_follow(inbox: str, activity_type: str) -> bool:

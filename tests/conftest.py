@@ -130,6 +130,12 @@ def worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[Worker]:
     running.stop()
 
 
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis the tests use (``scripts/test`` starts it)."""
+    return os.environ["REDIS_URL"]
+
+
 @pytest.fixture(autouse=True)
 def _clean_redis_state() -> None:
     """Forget breakers and remembered schemes between tests."""

@@ -88,7 +88,7 @@ def test_hosts_can_be_marked_available(staff: Client) -> None:
 def test_open_breakers_are_listed_and_reset(staff: Client) -> None:
     store = breaker_store()
     policy = BreakerPolicy(threshold=1, cool_off=60)
-    store.record("host:dead.example", policy, failed=True, probe=None)
+    store.record("host:dead.example", policy, failed=True, admission=None)
     url = reverse("admin:django_outbox_breakers")
     assert b"host:dead.example" in staff.get(url).content
     staff.post(url, {"key": "host:dead.example"})
