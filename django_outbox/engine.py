@@ -5,7 +5,8 @@ A Celery task only claims rows and hands them to the process's
 ``OUTBOX_CONCURRENCY`` deliveries in flight, at most ``OUTBOX_PER_HOST`` to
 one host.  A delivery whose host is at its cap waits in that host's line
 without holding a thread, so a slow or silent server takes its own slots and
-no others.  Priority-lane deliveries are started before any other that waits.
+no others.  Priority-lane deliveries are started before any other that waits,
+and go to the front of their host's line.
 """
 
 from __future__ import annotations
@@ -73,6 +74,21 @@ class Engine(Generic[J]):
         with self._lock:
             return self._running + self._waiting
 
+    def room(self) -> int:
+        """How many more jobs may be submitted before ``submit`` would block."""
+        with self._lock:
+            return max(0, self._backlog - self._waiting)
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Block until a job may be submitted without waiting, up to ``timeout``.
+
+        True if there is room (or the engine is stopping: submitting then refuses at once).
+        """
+        with self._lock:
+            return self._lock.wait_for(
+                lambda: self._stopping or self._waiting < self._backlog, timeout
+            )
+
     def submit(self, jobs: list[J], *, block: bool = True) -> list[J]:
         """Queue ``jobs``; returns those refused because the engine is stopping."""
         refused: list[J] = []
@@ -94,6 +110,8 @@ class Engine(Generic[J]):
         if line.in_flight < self._per_host:
             line.in_flight += 1
             self._runnable[0 if self._urgent(job) else 1].append(job)
+        elif self._urgent(job):
+            line.waiting.appendleft(job)
         else:
             line.waiting.append(job)
 

@@ -36,6 +36,8 @@ logger = logging.getLogger("django_outbox.worker")
 
 _KEY_TTL = 300.0
 _MESSAGES_KEPT = 256
+#: Seconds between looks for priority-lane work while a task waits for room.
+_URGENT_POLL = 0.05
 
 
 class WorkerProcess:
@@ -194,11 +196,16 @@ def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:
     return {"Collection-Synchronization": value} if value else {}
 
 
-def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
+def run_deliveries(ids: Sequence[int], *, wait: bool = True) -> tuple[list[int], float] | None:
     """Claim ``ids`` and start sending them.
 
-    Returns the ids that are queued but not due yet with the seconds until
-    the first is, for the task to retry with, or ``None``.
+    With ``wait``, the caller waits while the engine's backlog is full (so a
+    worker claims no more than it can send before its leases run out), and
+    meanwhile takes priority-lane deliveries that are due straight from the
+    database: a Celery process blocked here cannot take the priority lane's
+    messages, which would otherwise wait for it.  Returns the ids that are
+    queued but not due yet with the seconds until the first is, for the task
+    to retry with, or ``None``.
     """
     process = current()
     token = new_token()
@@ -234,7 +241,35 @@ def run_deliveries(ids: Sequence[int]) -> tuple[list[int], float] | None:
         else:
             extra = _synchronization(message, row.inbox)
             jobs.append(Job(row, token, message, key, send_by, extra))
-    refused = process.engine.submit(jobs)
+    _hand_over(process, jobs, wait=wait)
+    return later
+
+
+def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
+    """Submit ``jobs`` to the engine, taking urgent work while waiting for room."""
+    engine = process.engine
+    urgent = [job for job in jobs if job.claimed.lane == Lane.PRIORITY]
+    refused = engine.submit(urgent, block=False)
+    jobs = [job for job in jobs if job.claimed.lane != Lane.PRIORITY]
+    while jobs:
+        if wait and not engine.wait_for_room(_URGENT_POLL):
+            _take_urgent()
+            continue
+        fits = engine.room() if wait else len(jobs)
+        refused += engine.submit(jobs[: max(1, fits)], block=False)
+        jobs = jobs[max(1, fits) :]
     if refused:
         release([(job.claimed, job.token) for job in refused])
-    return later
+
+
+def _take_urgent() -> None:
+    """Claim and start the priority-lane deliveries that are due, without waiting."""
+    due = list(
+        Delivery.objects.filter(
+            state=DeliveryState.QUEUED, lane=Lane.PRIORITY, next_attempt_at__lte=timezone.now()
+        )
+        .order_by("next_attempt_at")
+        .values_list("id", flat=True)[: conf.CHUNK_SIZE]
+    )
+    if due:
+        run_deliveries(due, wait=False)

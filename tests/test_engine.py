@@ -80,6 +80,48 @@ def test_urgent_jobs_start_before_waiting_ones() -> None:
     assert log[1] is urgent
 
 
+def test_an_urgent_job_goes_to_the_front_of_its_host_line() -> None:
+    log: list[Task] = []
+    lock = threading.Lock()
+    peaks: dict[str, int] = {}
+    engine = make(4, 1, log, lock, peaks)
+    blocker = Task("h")
+    engine.submit([blocker])
+    time.sleep(0.05)
+    queued = [Task("h") for _ in range(3)]
+    urgent = Task("h", urgent=True)
+    for task in [*queued, urgent]:
+        task.hold.set()
+    engine.submit([*queued, urgent])
+    blocker.hold.set()
+    assert engine.wait_idle(5)
+    assert log[1] is urgent
+
+
+def test_room_counts_what_may_wait_and_wait_for_room_times_out() -> None:
+    engine: Engine[Task] = Engine(
+        lambda task: task.hold.wait(5),
+        host_of=lambda t: t.host,
+        urgent=lambda t: t.urgent,
+        concurrency=1,
+        per_host=1,
+        backlog=2,
+    )
+    running = Task("a")
+    engine.submit([running])
+    time.sleep(0.05)
+    assert engine.room() == 2
+    waiting = [Task("b"), Task("c")]
+    engine.submit(waiting, block=False)
+    assert engine.room() == 0
+    assert not engine.wait_for_room(0.05)
+    running.hold.set()
+    assert engine.wait_for_room(5), "room again once a waiting job starts"
+    for task in waiting:
+        task.hold.set()
+    assert engine.wait_idle(5)
+
+
 def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     log: list[Task] = []
     lock = threading.Lock()
