@@ -17,6 +17,7 @@ _POSITIVE = (
     "CHUNK_SIZE",
     "MAX_ATTEMPTS",
     "CONCURRENCY",
+    "MAX_THREADS",
     "PER_HOST",
     "LEASE_SECONDS",
     "TOTAL_TIMEOUT",

@@ -190,6 +190,12 @@ class Settings:
         return int(_get("OUTBOX_CONCURRENCY", 64))
 
     @property
+    def MAX_THREADS(self) -> int:
+        """Sending threads in one worker process at most, counting those held by
+        requests slower than two seconds, which stop counting against the concurrency."""
+        return int(_get("OUTBOX_MAX_THREADS", 4 * self.CONCURRENCY))
+
+    @property
     def PER_HOST(self) -> int:
         """Deliveries in flight at once to one host from one worker process."""
         return int(_get("OUTBOX_PER_HOST", 2))

@@ -1,16 +1,19 @@
 """Concurrent sending inside one worker process.
 
 A Celery task only claims rows and hands them to the process's
-:class:`Engine`: a fixed set of threads that keep up to
-``OUTBOX_CONCURRENCY`` deliveries in flight, at most ``OUTBOX_PER_HOST`` to
-one host.  A delivery whose host is at its cap waits in that host's line
-without holding a thread, so a slow or silent server takes its own slots and
-no others.  Priority-lane deliveries are started before any other that waits,
-and go to the front of their host's line.
+:class:`Engine`: threads that keep up to ``OUTBOX_CONCURRENCY`` deliveries
+in flight, at most ``OUTBOX_PER_HOST`` to one host.  A delivery whose host is
+at its cap waits in that host's line without holding a thread, and one that
+has been under way for :data:`SLOW_AFTER` seconds stops counting against the
+concurrency (another thread is started, up to ``OUTBOX_MAX_THREADS``), so
+slow or silent servers take their own slots and no others.  Priority-lane
+deliveries are started before any other that waits, and go to the front of
+their host's line.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -23,6 +26,12 @@ logger = logging.getLogger("django_outbox.engine")
 
 J = TypeVar("J")
 
+#: Seconds after which a running job stops counting against the concurrency.
+SLOW_AFTER = 2.0
+#: Seconds between counts of slow jobs, and an idle extra thread's wait before it ends.
+_WATCH_EVERY = 0.25
+_EXTRA_IDLE = 10.0
+
 
 @dataclass
 class _HostLine(Generic[J]):
@@ -31,12 +40,14 @@ class _HostLine(Generic[J]):
 
 
 class Engine(Generic[J]):
-    """Runs ``work(job)`` for submitted jobs on ``concurrency`` threads.
+    """Runs ``work(job)`` for submitted jobs, ``concurrency`` at a time.
 
     ``host_of`` names a job's host and ``urgent`` says whether it jumps the
     line.  ``submit`` blocks while ``backlog`` jobs (four per thread unless
     given) already wait to start, which keeps a worker from claiming more than
-    it can send before the leases of what it claimed run out.
+    it can send before the leases of what it claimed run out.  Jobs running for
+    more than ``slow_after`` seconds do not count against ``concurrency``; the
+    threads they hold are made up for, up to ``max_threads`` in all.
     """
 
     def __init__(
@@ -48,6 +59,8 @@ class Engine(Generic[J]):
         concurrency: int,
         per_host: int,
         backlog: int | None = None,
+        max_threads: int | None = None,
+        slow_after: float = SLOW_AFTER,
     ) -> None:
         self._work = work
         self._host_of = host_of
@@ -59,14 +72,26 @@ class Engine(Generic[J]):
         self._hosts: dict[str, _HostLine[J]] = defaultdict(lambda: _HostLine(0, deque()))
         self._waiting = 0
         self._running = 0
-        self._active: dict[int, J] = {}
+        self._active: dict[int, tuple[J, float]] = {}
         self._stopping = False
-        self._threads = [
-            threading.Thread(target=self._loop, name=f"outbox-send-{n}", daemon=True)
-            for n in range(max(1, concurrency))
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._concurrency = max(1, concurrency)
+        self._max_threads = max(self._concurrency, max_threads or 4 * self._concurrency)
+        self._slow_after = slow_after
+        self._slow = 0  # running jobs older than slow_after, as last counted
+        self._idle = 0  # threads waiting for a job
+        self._threads: set[threading.Thread] = set()
+        self._names = itertools.count()
+        with self._lock:
+            for _ in range(self._concurrency):
+                self._spawn()
+        threading.Thread(target=self._watch, name="outbox-send-watch", daemon=True).start()
+
+    def _spawn(self) -> None:
+        thread = threading.Thread(
+            target=self._loop, name=f"outbox-send-{next(self._names)}", daemon=True
+        )
+        self._threads.add(thread)
+        thread.start()
 
     @property
     def busy(self) -> int:
@@ -115,18 +140,48 @@ class Engine(Generic[J]):
         else:
             line.waiting.append(job)
 
+    def _may_start(self) -> bool:
+        runnable = bool(self._runnable[0] or self._runnable[1])
+        return runnable and self._running - self._slow < self._concurrency
+
     def _next(self) -> J | None:
         with self._lock:
-            while not (self._runnable[0] or self._runnable[1]):
-                if self._stopping:
-                    return None
-                self._lock.wait()
+            self._idle += 1
+            try:
+                while not self._may_start():
+                    if self._stopping:
+                        return None
+                    extra = len(self._threads) > self._concurrency
+                    if not self._lock.wait(_EXTRA_IDLE if extra else None) and extra:
+                        # An extra thread with nothing to do; leaving the set under
+                        # the lock keeps two of them from both leaving for the last.
+                        self._threads.discard(threading.current_thread())
+                        return None
+            finally:
+                self._idle -= 1
             job = (self._runnable[0] or self._runnable[1]).popleft()
             self._waiting -= 1
             self._running += 1
-            self._active[id(job)] = job
+            self._active[id(job)] = (job, time.monotonic())
             self._lock.notify_all()
             return job
+
+    def _watch(self) -> None:
+        """Count slow jobs now and then, and start threads to make up for them."""
+        while True:
+            time.sleep(_WATCH_EVERY)
+            with self._lock:
+                if self._stopping:
+                    return
+                since = time.monotonic() - self._slow_after
+                slow = sum(1 for _, started in self._active.values() if started < since)
+                changed, self._slow = slow != self._slow, slow
+                free = self._concurrency - (self._running - slow)
+                wanted = min(free, len(self._runnable[0]) + len(self._runnable[1])) - self._idle
+                for _ in range(min(wanted, self._max_threads - len(self._threads))):
+                    self._spawn()
+                if changed:
+                    self._lock.notify_all()
 
     def _done(self, job: J) -> None:
         with self._lock:
@@ -144,13 +199,17 @@ class Engine(Generic[J]):
             self._lock.notify_all()
 
     def _loop(self) -> None:
-        while (job := self._next()) is not None:
-            try:
-                self._work(job)
-            except Exception:
-                logger.exception("a delivery thread failed on %r", job)
-            finally:
-                self._done(job)
+        try:
+            while (job := self._next()) is not None:
+                try:
+                    self._work(job)
+                except Exception:
+                    logger.exception("a delivery thread failed on %r", job)
+                finally:
+                    self._done(job)
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
 
     def stop(self) -> list[J]:
         """Start nothing more; return the jobs that never started, for the caller to give back."""
@@ -169,10 +228,12 @@ class Engine(Generic[J]):
     def join(self, timeout: float) -> list[J]:
         """Wait up to ``timeout`` for the running jobs; return those still running."""
         deadline = time.monotonic() + timeout
-        for thread in self._threads:
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
-            return list(self._active.values())
+            return [job for job, _ in self._active.values()]
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until nothing runs or waits, up to ``timeout``; True if idle."""

@@ -63,6 +63,7 @@ class WorkerProcess:
             urgent=lambda job: job.claimed.lane == Lane.PRIORITY,
             concurrency=conf.CONCURRENCY,
             per_host=conf.PER_HOST,
+            max_threads=conf.MAX_THREADS,
         )
         self._messages: OrderedDict[int, MessageData] = OrderedDict()
         self._keys: dict[str, tuple[SenderKey | None, float]] = {}

@@ -122,6 +122,38 @@ def test_room_counts_what_may_wait_and_wait_for_room_times_out() -> None:
     assert engine.wait_idle(5)
 
 
+def test_slow_jobs_stop_counting_and_threads_are_made_up_up_to_the_maximum() -> None:
+    started: list[Task] = []
+    engine: Engine[Task] = Engine(
+        lambda task: (started.append(task), task.hold.wait(10)),
+        host_of=lambda t: t.host,
+        urgent=lambda t: t.urgent,
+        concurrency=2,
+        per_host=1,
+        max_threads=5,
+        slow_after=0.2,
+    )
+    silent = [Task(f"silent{n}") for n in range(4)]
+    engine.submit(silent)
+    time.sleep(0.1)
+    assert len(started) == 2, "the concurrency, at first"
+    deadline = time.monotonic() + 5
+    while len(started) < 4 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(started) == 4, "slow jobs stopped counting: the others started"
+    healthy = [Task(f"healthy{n}") for n in range(3)]
+    for task in healthy:
+        task.hold.set()
+    engine.submit(healthy)
+    while len(started) < 7 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(started) == 7, "a fifth thread, the maximum, took the healthy jobs"
+    assert threading.active_count() >= 5
+    for task in silent:
+        task.hold.set()
+    assert engine.wait_idle(5)
+
+
 def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     log: list[Task] = []
     lock = threading.Lock()
