@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     env = start_services()
     setup_django(env)
-    hosts, messages = 200, (10 if options.quick else 30)
+    hosts, messages = 1000, (10 if options.quick else 30)
     repeats = 1 if options.quick else 2
     results: dict[str, Any] = {"machine": machine(), "hosts": hosts, "messages": messages}
     for label, fraction in (("all-healthy", 0.0), ("10%-silent", 0.1)):
