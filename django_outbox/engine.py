@@ -44,8 +44,11 @@ class Engine(Generic[J]):
 
     ``host_of`` names a job's host and ``urgent`` says whether it jumps the
     line.  ``submit`` blocks while ``backlog`` jobs (four per thread unless
-    given) already wait to start, which keeps a worker from claiming more than
-    it can send before the leases of what it claimed run out.  Jobs running for
+    given) are ready to start, or ``parked`` (sixteen per thread) wait in the
+    lines of hosts at their cap, which keeps a worker from claiming more than
+    it can send before the leases of what it claimed run out.  Jobs parked
+    behind slow hosts have a larger allowance of their own, so that they do not
+    keep a worker from claiming work for other hosts.  Jobs running for
     more than ``slow_after`` seconds do not count against ``concurrency``; the
     threads they hold are made up for, up to ``max_threads`` in all.
     """
@@ -59,6 +62,7 @@ class Engine(Generic[J]):
         concurrency: int,
         per_host: int,
         backlog: int | None = None,
+        parked: int | None = None,
         max_threads: int | None = None,
         slow_after: float = SLOW_AFTER,
     ) -> None:
@@ -67,10 +71,12 @@ class Engine(Generic[J]):
         self._urgent = urgent
         self._per_host = max(1, per_host)
         self._backlog = backlog if backlog is not None else 4 * max(1, concurrency)
+        self._parked_cap = parked if parked is not None else 16 * max(1, concurrency)
         self._lock = threading.Condition()
         self._runnable: tuple[deque[J], deque[J]] = (deque(), deque())
         self._hosts: dict[str, _HostLine[J]] = defaultdict(lambda: _HostLine(0, deque()))
-        self._waiting = 0
+        self._waiting = 0  # ready to start or parked in a host's line
+        self._parked = 0
         self._running = 0
         self._active: dict[int, tuple[J, float]] = {}
         self._stopping = False
@@ -102,7 +108,8 @@ class Engine(Generic[J]):
     def room(self) -> int:
         """How many more jobs may be submitted before ``submit`` would block."""
         with self._lock:
-            return max(0, self._backlog - self._waiting)
+            ready = self._waiting - self._parked
+            return max(0, min(self._backlog - ready, self._parked_cap - self._parked))
 
     def wait_for_room(self, timeout: float) -> bool:
         """Block until a job may be submitted without waiting, up to ``timeout``.
@@ -110,16 +117,18 @@ class Engine(Generic[J]):
         True if there is room (or the engine is stopping: submitting then refuses at once).
         """
         with self._lock:
-            return self._lock.wait_for(
-                lambda: self._stopping or self._waiting < self._backlog, timeout
-            )
+            return self._lock.wait_for(lambda: self._stopping or not self._full(), timeout)
+
+    def _full(self) -> bool:
+        ready = self._waiting - self._parked
+        return ready >= self._backlog or self._parked >= self._parked_cap
 
     def submit(self, jobs: list[J], *, block: bool = True) -> list[J]:
         """Queue ``jobs``; returns those refused because the engine is stopping."""
         refused: list[J] = []
         with self._lock:
             for job in jobs:
-                while block and not self._stopping and self._waiting >= self._backlog:
+                while block and not self._stopping and self._full():
                     self._lock.notify_all()
                     self._lock.wait()
                 if self._stopping:
@@ -136,8 +145,10 @@ class Engine(Generic[J]):
             line.in_flight += 1
             self._runnable[0 if self._urgent(job) else 1].append(job)
         elif self._urgent(job):
+            self._parked += 1
             line.waiting.appendleft(job)
         else:
+            self._parked += 1
             line.waiting.append(job)
 
     def _may_start(self) -> bool:
@@ -191,6 +202,7 @@ class Engine(Generic[J]):
             line = self._hosts[host]
             if line.waiting:
                 following = line.waiting.popleft()
+                self._parked -= 1
                 self._runnable[0 if self._urgent(following) else 1].append(following)
             else:
                 line.in_flight -= 1
@@ -221,7 +233,7 @@ class Engine(Generic[J]):
                 line.waiting.clear()
             self._runnable[0].clear()
             self._runnable[1].clear()
-            self._waiting = 0
+            self._waiting = self._parked = 0
             self._lock.notify_all()
         return unstarted
 

@@ -154,6 +154,31 @@ def test_slow_jobs_stop_counting_and_threads_are_made_up_up_to_the_maximum() -> 
     assert engine.wait_idle(5)
 
 
+def test_jobs_parked_behind_a_slow_host_have_their_own_allowance() -> None:
+    ran: list[Task] = []
+    engine: Engine[Task] = Engine(
+        lambda task: (ran.append(task), task.hold.wait(10)),
+        host_of=lambda t: t.host,
+        urgent=lambda t: t.urgent,
+        concurrency=2,
+        per_host=1,
+        backlog=2,
+        parked=5,
+    )
+    slow = [Task("slow") for _ in range(6)]
+    assert engine.submit(slow, block=False) == []
+    assert engine.room() == 0, "five parked: their allowance is used up"
+    assert not engine.wait_for_room(0.05)
+    slow[0].hold.set()
+    assert engine.wait_for_room(5), "one moved on: room for one more"
+    others = [Task("a"), Task("b")]
+    for task in [*others, *slow]:
+        task.hold.set()
+    engine.submit(others)
+    assert engine.wait_idle(5)
+    assert len(ran) == 8
+
+
 def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     log: list[Task] = []
     lock = threading.Lock()
