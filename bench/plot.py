@@ -21,7 +21,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ("cpu-bound\nRSA", s.get("cpu-bound", {}).get("rate")),
         ("bare\nEd25519", s.get("bare-ed25519", {}).get("rate")),
         ("cpu-bound\nEd25519", s.get("cpu-bound-ed25519", {}).get("rate")),
-        ("latency-\nbound", s.get("latency-bound", {}).get("rate")),
+        ("latency-\nbound RSA", s.get("latency-bound", {}).get("rate")),
+        ("latency-\nEd25519", s.get("latency-bound-ed25519", {}).get("rate")),
         ("naive", s.get("naive", {}).get("naive", {}).get("rate")),
         ("task/inbox\ncached", s.get("naive", {}).get("cached", {}).get("rate")),
     ]

@@ -46,6 +46,7 @@ SCENARIOS: dict[str, Scenario] = {
     "cpu-bound": throughput.cpu_bound,
     "cpu-bound-ed25519": throughput.cpu_bound_ed25519,
     "latency-bound": throughput.latency_bound,
+    "latency-bound-ed25519": throughput.latency_bound_ed25519,
     "naive": baselines.naive,
     "fanout": fanout.run,
     "priority": priority.run,
