@@ -2,69 +2,62 @@
 
 Private to the transport.  Two things live here:
 
-* the **watchdog**, one daemon thread per process holding a heap of request deadlines.
-  When a request outlives its deadline the watchdog shuts down its socket: a blocked
-  recv/send wakes with EOF or EPIPE.  It acts on a duplicate descriptor the request
-  owns (taken when the connection is handed out or connects, closed when the request
-  ends or the connection returns to its pool, always under the watchdog's lock), so
-  it never hits a descriptor number reused elsewhere, nor a socket another request
-  took from the pool, and it still reaches a socket http.client has handed over to
-  the response (``Connection: close`` answers).  Finished entries stay in the heap
-  until they surface or a compaction drops them: about twice the requests in flight.
-* the **pinned adapter**: a ``requests`` adapter whose urllib3 pools connect to the IP
-  the transport checked, with TLS SNI and certificate verification against the real
-  host name.
+* the **watchdog**, one daemon thread per process that shuts down the socket of any
+  request still running past its deadline: a blocked recv/send wakes with EOF or EPIPE.
+  It acts on a duplicate descriptor of the connection's socket, taken once when the
+  connection connects.  A request is linked to that duplicate (under the watchdog's
+  lock) only while it holds the connection, never once the connection is back in its
+  pool, and the duplicate is closed only when no request in flight is linked to it:
+  when the connection closes or, if a request still reads from the socket then
+  (http.client hands a ``Connection: close`` answer's socket over to the response),
+  when that request ends.  So the watchdog never hits a descriptor number reused
+  elsewhere, nor a connection another request took from the pool.  Per request the
+  bookkeeping is three O(1) steps under the lock (begin, use, end), no system call;
+  the thread sleeps until the earliest deadline of the requests in flight and is
+  woken only by a request with an earlier one.
+* the **pinned pools**: urllib3 pools, owned by a ``requests`` adapter, that connect
+  to the IP the transport checked, with TLS SNI and certificate verification against
+  the real host name.
 """
 
 from __future__ import annotations
 
 import contextlib
-import heapq
-import itertools
+import math
 import os
 import queue
 import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from requests.adapters import HTTPAdapter
-from requests.models import PreparedRequest, Response
-from requests.structures import CaseInsensitiveDict
+from requests.models import PreparedRequest
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError
+from urllib3.poolmanager import PoolKey
+
+#: Pinned addresses whose pool is remembered; past this many the memo starts afresh.
+_MEMO_SIZE = 8192
+#: How long a pool found is used without asking the pool manager again.
+_POOL_MEMO_SECONDS = 1.0
 
 
 class Entry:
-    """One request's deadline, its connection and a duplicate of that connection's socket."""
+    """One request attempt's deadline and the duplicate socket the watchdog would cut."""
 
-    __slots__ = ("conn", "deadline", "done", "expired", "sock")
+    __slots__ = ("deadline", "done", "expired", "owned", "sock")
 
     def __init__(self, deadline: float) -> None:
         self.deadline = deadline
-        self.conn: Any = None
         self.sock: socket.socket | None = None
+        self.owned = False  # ``sock`` was handed over by its closed connection
         self.done = False
         self.expired = False
-
-    def arm(self, conn: Any) -> None:
-        """Hold a duplicate descriptor of ``conn``'s socket (watchdog lock held)."""
-        self.disarm()
-        sock = conn.sock
-        if isinstance(sock, socket.socket):
-            with contextlib.suppress(OSError):
-                self.sock = socket.fromfd(sock.fileno(), sock.family, sock.type)
-        if self.expired:
-            self.cut()
-
-    def disarm(self) -> None:
-        """Let go of the duplicate descriptor (watchdog lock held)."""
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
 
     def cut(self) -> None:
         """Shut the socket down: blocked reads see EOF, sends fail (watchdog lock held)."""
@@ -78,81 +71,87 @@ class Watchdog:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.local = threading.local()
         self._wake = threading.Condition(self.lock)
-        self._heap: list[tuple[float, int, Entry]] = []
-        self._live = 0
-        self._seq = itertools.count()
+        self._live: dict[Entry, None] = {}
+        self._wake_at = math.inf
         self._thread: threading.Thread | None = None
 
     def begin(self, deadline: float) -> Entry:
-        """Start timing the calling thread's request."""
+        """Start timing a request attempt."""
         entry = Entry(deadline)
         with self.lock:
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="outbox-deadlines")
-                self._thread.daemon = True
-                self._thread.start()
-            self._live += 1
-            heapq.heappush(self._heap, (deadline, next(self._seq), entry))
-            if self._heap[0][2] is entry:
-                self._wake.notify()
-            if len(self._heap) > 2 * self._live + 64:
-                self._heap = [item for item in self._heap if not item[2].done]
-                heapq.heapify(self._heap)
-        self.local.entry = entry
+            self._live[entry] = None
+            if deadline < self._wake_at:
+                self._wake_at = deadline
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="outbox-deadlines")
+                    self._thread.daemon = True
+                    self._thread.start()
+                else:
+                    self._wake.notify()
         return entry
+
+    def use(self, entry: Entry, conn: Any) -> None:
+        """The attempt of ``entry`` holds ``conn`` now (just taken from its pool)."""
+        with self.lock:
+            conn.outbox_entry = entry
+            entry.sock = conn.outbox_dup
+            if entry.expired:
+                entry.cut()
 
     def end(self, entry: Entry) -> None:
         """Stop timing: the watchdog will never act for ``entry`` again."""
-        self.local.entry = None
         with self.lock:
+            self._live.pop(entry, None)
             entry.done = True
-            entry.conn = None
-            entry.disarm()
-            self._live -= 1
-
-    def current(self) -> Entry | None:
-        """The calling thread's request, if it is between :meth:`begin` and :meth:`end`."""
-        return getattr(self.local, "entry", None)
-
-    def attach(self, conn: Any) -> None:
-        """The calling thread's request now uses ``conn`` (fresh from its pool)."""
-        entry = self.current()
-        if entry is not None:
-            with self.lock:
-                entry.conn = conn
-                conn.outbox_entry = entry
-                if conn.sock is not None:
-                    entry.arm(conn)
+            sock, entry.sock = entry.sock, None
+            owned, entry.owned = entry.owned, False
+        if owned and sock is not None:
+            sock.close()
 
     def connected(self, conn: Any) -> None:
-        """``conn`` has just connected: watch its new socket."""
+        """``conn`` has just connected: keep a duplicate of its socket, watch it."""
+        self.closing(conn)
+        sock = conn.sock
+        if not isinstance(sock, socket.socket):
+            return
+        try:
+            dup = socket.fromfd(sock.fileno(), sock.family, sock.type)
+        except OSError:
+            return
         with self.lock:
-            entry = getattr(conn, "outbox_entry", None)
-            if entry is not None and entry.conn is conn and not entry.done:
-                entry.arm(conn)
+            conn.outbox_dup = dup
+            entry = conn.outbox_entry
+            if entry is not None and not entry.done:
+                entry.sock = dup
+                if entry.expired:
+                    entry.cut()
 
-    def detach(self, conn: Any) -> None:
-        """``conn`` goes back to its pool, where another request may take it."""
+    def closing(self, conn: Any) -> None:
+        """``conn`` closes: its duplicate goes, unless a request still reads that socket."""
         with self.lock:
-            entry = getattr(conn, "outbox_entry", None)
-            conn.outbox_entry = None
-            if entry is not None and entry.conn is conn:
-                entry.conn = None
-                entry.disarm()
+            dup, conn.outbox_dup = conn.outbox_dup, None
+            entry = conn.outbox_entry
+            if dup is not None and entry is not None and not entry.done and entry.sock is dup:
+                entry.owned = True  # closed by end(); nothing else refers to it
+                dup = None
+        if dup is not None:
+            dup.close()  # no request in flight refers to it: safe outside the lock
 
     def _run(self) -> None:
         with self.lock:
             while True:
                 now = time.monotonic()
-                heap = self._heap
-                while heap and (heap[0][2].done or heap[0][0] <= now):
-                    entry = heapq.heappop(heap)[2]
-                    if not entry.done:
-                        entry.expired = True
-                        entry.cut()
-                self._wake.wait(heap[0][0] - now if heap else None)
+                wake_at = math.inf
+                for entry in self._live:
+                    if entry.deadline <= now:
+                        if not entry.expired:
+                            entry.expired = True
+                            entry.cut()
+                    elif entry.deadline < wake_at:
+                        wake_at = entry.deadline
+                self._wake_at = wake_at
+                self._wake.wait(wake_at - now if wake_at < math.inf else None)
 
 
 _watchdog = Watchdog()
@@ -180,8 +179,13 @@ else:
 class _DeadlineConnection(_ConnBase):
     """Connection hooks: bound connect + TLS handshake by the budget, then get watched."""
 
+    #: The attempt holding this connection, set by :meth:`Watchdog.use`.
+    outbox_entry: Entry | None = None
+    #: The duplicate of the socket, for the watchdog (see the module docstring).
+    outbox_dup: socket.socket | None = None
+
     def _new_conn(self) -> socket.socket:
-        entry = _watchdog.current()
+        entry = self.outbox_entry
         if entry is not None:
             remaining = entry.deadline - time.monotonic()
             if remaining <= 0 or entry.expired:
@@ -199,6 +203,10 @@ class _DeadlineConnection(_ConnBase):
         super().connect()
         _watchdog.connected(self)
 
+    def close(self) -> None:
+        super().close()
+        _watchdog.closing(self)
+
 
 class _HTTPConnection(_DeadlineConnection, HTTPConnection):
     pass
@@ -208,17 +216,10 @@ class _HTTPSConnection(_DeadlineConnection, HTTPSConnection):
     pass
 
 
-class _DeadlinePool(_PoolBase):
-    """Pool hooks: tell the watchdog which connection a request holds."""
-
-    def _get_conn(self, timeout: float | None = None) -> Any:
-        conn = super()._get_conn(timeout)
-        _watchdog.attach(conn)
-        return conn
+class _QuietPool(_PoolBase):
+    """Pool hook: a connection that finds the pool full is closed without a warning."""
 
     def _put_conn(self, conn: Any) -> None:
-        if conn is not None:
-            _watchdog.detach(conn)
         if self.pool is not None:
             try:
                 self.pool.put(conn, block=False)
@@ -229,11 +230,11 @@ class _DeadlinePool(_PoolBase):
             conn.close()
 
 
-class _HTTPPool(_DeadlinePool, HTTPConnectionPool):
+class _HTTPPool(_QuietPool, HTTPConnectionPool):
     ConnectionCls = _HTTPConnection
 
 
-class _HTTPSPool(_DeadlinePool, HTTPSConnectionPool):
+class _HTTPSPool(_QuietPool, HTTPSConnectionPool):
     ConnectionCls = _HTTPSConnection
 
 
@@ -266,18 +267,71 @@ class PinnedRequest(PreparedRequest):
     pin: tuple[str, str, int, str]  # scheme, IP, port, host name
 
 
+class _Memo:
+    """A pinned address's pool key and context, and its pool (weakly) until ``until``."""
+
+    __slots__ = ("context", "key", "pool", "until")
+
+    def __init__(self, key: PoolKey, context: dict[str, Any]) -> None:
+        self.key, self.context = key, context
+        self.pool: weakref.ref[HTTPConnectionPool] | None = None
+        self.until = 0.0
+
+
 class PinningAdapter(HTTPAdapter):
     """An adapter whose pools connect to the pinned IP while verifying the host name.
 
     Pools are keyed by (scheme, IP, port, host name): ``server_hostname`` is part of
     urllib3's pool key, so two names on one IP never share a connection or a TLS
-    identity.  Thread-safe: urllib3's pool manager and pools are locked.
+    identity.  Thread-safe: urllib3's pool manager and pools are locked.  The transport
+    takes connections from :meth:`pool_for` itself; :meth:`send` works too, for
+    :class:`PinnedRequest` only.
     """
 
     def __init__(self, ssl_context: ssl.SSLContext, max_pools: int, pool_per_host: int) -> None:
         self._ssl_context = ssl_context
+        self._memo: dict[tuple[str, str, int, str], _Memo] = {}
         super().__init__(pool_connections=max_pools, pool_maxsize=pool_per_host, max_retries=0)
         self.poolmanager.pool_classes_by_scheme = {"http": _HTTPPool, "https": _HTTPSPool}
+
+    def pool_for(self, scheme: str, ip: str, port: int, server_name: str) -> HTTPConnectionPool:
+        """The pool for (scheme, IP, port, host name), made on first use; never DNS.
+
+        A pool found is remembered for a second, weakly: the pool manager's lock, taken
+        on each lookup, was where 32 threads queued.  The manager's least-recently-used
+        order is refreshed once a second per pool, and a pool it dropped (urllib3 2
+        closes nothing it evicts: the last reference going closes the connections) is
+        not kept alive here.
+        """
+        pin = (scheme, ip, port, server_name)
+        now = time.monotonic()
+        memo = self._memo.get(pin)
+        if memo is None:
+            manager = self.poolmanager
+            # server_hostname also keys plain-HTTP pools (urllib3 drops it from their kwargs).
+            context = {**manager.connection_pool_kw, "server_hostname": server_name}
+            if scheme == "https":
+                context["ssl_context"] = self._ssl_context
+            context.update(scheme=scheme, host=ip, port=port)
+            memo = _Memo(manager.key_fn_by_scheme[scheme](context), context)
+            if len(self._memo) >= _MEMO_SIZE:
+                self._memo = {}
+            self._memo[pin] = memo
+        pool = memo.pool() if memo.pool is not None else None
+        if pool is None or memo.until < now or pool.pool is None:  # pool.pool: not closed
+            # urllib3 consumes the context when it makes a pool: hand it a copy.
+            pool = self.poolmanager.connection_from_pool_key(memo.key, dict(memo.context))
+            memo.pool, memo.until = weakref.ref(pool), now + _POOL_MEMO_SECONDS
+        return pool
+
+    def close(self) -> None:
+        """Close the pools: idle connections now, those in use when they come back."""
+        memos, self._memo = self._memo, {}
+        for memo in memos.values():
+            pool = memo.pool() if memo.pool is not None else None
+            if pool is not None:
+                pool.close()
+        super().close()
 
     def get_connection_with_tls_context(
         self,
@@ -290,24 +344,7 @@ class PinningAdapter(HTTPAdapter):
         pin = getattr(request, "pin", None)
         if pin is None:
             raise RuntimeError("refusing to send without a checked address")
-        scheme, ip, port, server_name = pin
-        # server_hostname also keys plain-HTTP pools (urllib3 drops it from their kwargs).
-        pool_kwargs: dict[str, Any] = {"server_hostname": server_name}
-        if scheme == "https":
-            pool_kwargs["ssl_context"] = self._ssl_context
-        return self.poolmanager.connection_from_host(ip, port, scheme, pool_kwargs=pool_kwargs)
-
-    def build_response(self, req: PreparedRequest, resp: Any) -> Response:
-        """Wrap urllib3's response without the cookie and charset work nobody here reads."""
-        response = Response()
-        response.status_code = resp.status
-        response.headers = CaseInsensitiveDict(resp.headers)
-        response.raw = resp
-        response.reason = resp.reason
-        response.url = req.url or ""
-        response.request = req
-        response.connection = self
-        return response
+        return self.pool_for(*pin)
 
     def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
         """Do nothing: trust roots live in the shared SSL context, not on each pool.

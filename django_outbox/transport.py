@@ -8,46 +8,56 @@ matter more than convenience here:
   for that IP, while the ``Host`` header, TLS SNI and certificate check keep the real
   host name.  Pools are keyed by (scheme, IP, port, host name), so two names served
   from one IP never share a TLS identity.
-* **Nothing outlives the total time budget.**  A process-wide watchdog thread keeps a
-  heap of request deadlines and shuts down the socket of any request still running
-  past its deadline, so a server trickling one byte per second cannot hold a worker
-  slot (per-read socket timeouts alone would let it); connect and TLS handshake are
-  bounded by socket timeouts cut to the remaining budget.  See ``_transport_pool``.
+* **Nothing outlives the total time budget.**  A process-wide watchdog thread keeps
+  the deadlines of the requests in flight and shuts down the socket of any request
+  still running past its deadline, so a server trickling one byte per second cannot
+  hold a worker slot (per-read socket timeouts alone would let it); connect and TLS
+  handshake are bounded by socket timeouts cut to the remaining budget.  See
+  ``_transport_pool``.
 * **Bounded reads.**  At most ``max_response_bytes`` of a body are read; a longer
   body is cut off by closing the connection instead of draining it.
 
-Requests go straight to a shared, thread-safe ``requests`` adapter (urllib3 pools
-are locked).  ``Session.send`` is not used on purpose: with ``allow_redirects=False``
-it still reads the *whole* body of a 3xx response before returning, uncapped.
+A shared, thread-safe ``requests`` adapter owns the urllib3 pools (they are locked).
+A request takes a connection from its pool and drives it itself: connect (TCP and
+TLS) if the pooled connection is closed, send, read the answer, and give the
+connection back only after a complete, uncut exchange.  Not on the path, for CPU:
+``Session`` (which also reads the *whole* body of a 3xx answer, uncapped, and looks
+proxies and settings up in the environment on every call), the adapter's ``send``
+and urllib3's ``urlopen`` (a retry object, a timeout object, URL parsing and a
+``requests.Response`` per call).  Proxies are never used: a proxy would connect to
+the host name, not to the checked address.
 """
 
 from __future__ import annotations
 
+import errno
 import os
-import socket
-import ssl
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from functools import lru_cache
+from typing import Any
 from urllib.parse import urlsplit
 
 import requests
 from requests.models import PreparedRequest
-from requests.structures import CaseInsensitiveDict
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
-from urllib3.exceptions import HTTPError as Urllib3Error
-from urllib3.exceptions import SSLError as Urllib3SSLError
+from urllib3.exceptions import ClosedPoolError
+from urllib3.response import HTTPResponse
 
-from django_outbox._transport_pool import (
-    Entry,
-    PinnedRequest,
-    PinningAdapter,
-    shared_ssl_context,
-    watchdog,
+from django_outbox._transport_errors import (
+    LOW_LEVEL_ERRORS,
+    ConnectFailed,
+    ProtocolFailed,
+    Step,
+    TimedOut,
+    TLSFailed,
+    out_of_time,
+    short,
+    translate,
 )
+from django_outbox._transport_pool import PinningAdapter, shared_ssl_context, watchdog
 from django_outbox.addresses import (
     BlockedAddress,
     IPNetwork,
@@ -74,26 +84,6 @@ __all__ = [
 _READ_CHUNK = 64 * 1024
 _MAX_ADDRESSES_TRIED = 3
 _DNS_CACHE_SIZE = 4096
-_MESSAGE_LIMIT = 200
-
-
-class ConnectFailed(TransportError):
-    """No connection could be opened (refused, unreachable, reset during connect)."""
-
-
-class TLSFailed(ConnectFailed):
-    """The TLS handshake or the certificate check failed."""
-
-
-class TimedOut(TransportError):
-    """The connect timeout or the request's total time budget ran out."""
-
-    #: True when time ran out while connecting, before any byte of the request was sent.
-    during_connect: bool = False
-
-
-class ProtocolFailed(TransportError):
-    """The server broke HTTP (closed mid-response, malformed reply) or the URL is unusable."""
 
 
 @dataclass(frozen=True)
@@ -144,10 +134,10 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
 class _Target:
     """The parts of an inbox URL the transport needs, computed once per URL."""
 
-    url: str
     scheme: str
     host: str
     port: int
+    path: str
     host_header: str
 
 
@@ -165,7 +155,8 @@ def _target(url: str) -> _Target:
     host = parts.hostname
     shown = f"[{host}]" if ":" in host else host
     default = port == (443 if scheme == "https" else 80)
-    return _Target(prepared.url, scheme, host, port, shown if default else f"{shown}:{port}")
+    host_header = shown if default else f"{shown}:{port}"
+    return _Target(scheme, host, port, prepared.path_url, host_header)
 
 
 class Transport:
@@ -225,28 +216,29 @@ class Transport:
         try:
             target = _target(url)
         except (ValueError, requests.RequestException) as exc:
-            raise ProtocolFailed(_short(f"invalid URL {url}: {exc}")) from exc
-        ips = self._addresses(target.host, target.port)
-        merged = CaseInsensitiveDict({"User-Agent": self.user_agent, "Host": target.host_header})
-        merged.update(headers)
-        merged["Content-Length"] = str(len(body))
-        keeper = watchdog()
-        entry = keeper.begin(deadline)
-        try:
-            for index, ip in enumerate(ips[:_MAX_ADDRESSES_TRIED]):
-                try:
-                    status, resp_headers, data = self._attempt(target, ip, merged, body, entry)
-                except (ConnectFailed, TimedOut) as exc:
-                    # Another address only while nothing was sent: a POST must not go twice.
-                    unsent = isinstance(exc, ConnectFailed) or exc.during_connect
-                    last = index == min(len(ips), _MAX_ADDRESSES_TRIED) - 1
-                    if last or entry.expired or isinstance(exc, TLSFailed) or not unsent:
-                        raise
-                    continue
-                return Response(status, resp_headers, data, time.monotonic() - started)
-            raise AssertionError("unreachable: resolve_checked returns at least one address")
-        finally:
-            keeper.end(entry)
+            raise ProtocolFailed(short(f"invalid URL {url}: {exc}")) from exc
+        ips = self._addresses(target.host, target.port)[:_MAX_ADDRESSES_TRIED]
+        # Lower-cased names, so that a caller's "host" replaces the default "Host".
+        named = {
+            "user-agent": ("User-Agent", self.user_agent),
+            "host": ("Host", target.host_header),
+        }
+        for name, value in headers.items():
+            named[name.lower()] = (name, value)
+        named["content-length"] = ("Content-Length", str(len(body)))
+        merged = dict(named.values())
+        for index, ip in enumerate(ips):
+            try:
+                status, resp_headers, data = self._attempt(target, ip, merged, body, deadline)
+            except (ConnectFailed, TimedOut) as exc:
+                # Another address only while nothing was sent: a POST must not go twice.
+                unsent = isinstance(exc, ConnectFailed) or exc.during_connect
+                last = index == len(ips) - 1 or time.monotonic() >= deadline
+                if last or isinstance(exc, TLSFailed) or not unsent:
+                    raise
+                continue
+            return Response(status, resp_headers, data, time.monotonic() - started)
+        raise AssertionError("unreachable: resolve_checked returns at least one address")
 
     def close(self) -> None:
         """Close the idle pooled connections (of all threads) and forget cached addresses.
@@ -280,102 +272,83 @@ class Transport:
         return self._adapter
 
     def _attempt(
-        self,
-        target: _Target,
-        ip: str,
-        headers: CaseInsensitiveDict[str],
-        body: bytes,
-        entry: Entry,
+        self, target: _Target, ip: str, headers: dict[str, str], body: bytes, deadline: float
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """Send once to ``ip`` and read the capped body; translate every failure."""
-        remaining = entry.deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimedOut(f"timed out: no response within {self.total_timeout:g} s")
-        request = PinnedRequest()
-        request.method = "POST"
-        request.url = target.url
-        request.headers = headers
-        request.body = body
-        request.pin = (target.scheme, ip, target.port, target.host)
-        timeout = (min(self.connect_timeout, remaining), min(self.read_timeout, remaining))
-        where = f"{target.host} ({ip})" if ip != target.host else ip
-        try:
-            response = self._adapter_for_process().send(request, stream=True, timeout=timeout)
-            data = self._read_capped(response)
-        except (requests.RequestException, Urllib3Error, OSError) as exc:
-            raise self._translate(exc, entry, where) from exc
-        if entry.expired and response.raw.length_remaining is None and not response.raw.chunked:
-            # The watchdog's shutdown looks like the normal end of a close-delimited body.
-            raise TimedOut(f"timed out: no complete response within {self.total_timeout:g} s")
-        return response.status_code, response.headers, data
+        """Send once to ``ip`` on a pooled connection; translate every failure.
 
-    def _read_capped(self, response: requests.Response) -> bytes:
-        """Read at most ``max_response_bytes``; close the connection rather than drain more."""
-        raw = response.raw
+        The connection goes back to its pool only after a complete, uncut exchange,
+        and only once the watchdog has let go of it.
+        """
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise out_of_time(self.total_timeout)
+        where = f"{target.host} ({ip})" if ip != target.host else ip
+        pin = (target.scheme, ip, target.port, target.host)
+        pool = self._adapter_for_process().pool_for(*pin)
+        keeper = watchdog()
+        entry = keeper.begin(deadline)
+        conn: Any = None
+        response: HTTPResponse | None = None
+        reuse = False
+        step: Step = "connect"
+        try:
+            try:
+                conn = pool._get_conn()
+            except ClosedPoolError:  # close() ran meanwhile: take the pool's successor
+                pool = self._adapter_for_process().pool_for(*pin)
+                conn = pool._get_conn()
+            keeper.use(entry, conn)
+            conn.timeout = min(self.connect_timeout, remaining)
+            if conn.is_closed:
+                conn.connect()
+            step = "send"
+            _send(conn, target.path, headers, body)
+            step = "receive"
+            conn.timeout = min(self.read_timeout, max(0.001, deadline - time.monotonic()))
+            response = conn.getresponse()
+            data, complete = self._read_capped(response)
+            if entry.expired and response.length_remaining is None and not response.chunked:
+                # The watchdog's shutdown looks like the normal end of a close-delimited body.
+                raise out_of_time(self.total_timeout)
+            reuse = complete and not conn.is_closed
+            return response.status, response.headers, data
+        except LOW_LEVEL_ERRORS as exc:
+            timeouts = (self.connect_timeout, self.read_timeout, self.total_timeout)
+            raise translate(exc, step, where, expired=entry.expired, timeouts=timeouts) from exc
+        finally:
+            keeper.end(entry)
+            if conn is not None:
+                conn.outbox_entry = None
+                if not reuse or entry.expired:
+                    if response is not None:
+                        response.close()  # a "Connection: close" answer holds the socket
+                    conn.close()
+                pool._put_conn(conn)
+
+    def _read_capped(self, response: HTTPResponse) -> tuple[bytes, bool]:
+        """Read at most ``max_response_bytes``; True when the whole body was read."""
         cap = self.max_response_bytes
         chunks: list[bytes] = []
         size = 0
-        while True:
-            chunk = raw.read(min(_READ_CHUNK, cap + 1 - size), decode_content=False)
+        while not response.closed:
+            chunk = response.read(min(_READ_CHUNK, cap + 1 - size), decode_content=False)
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
-            if size > cap:
-                raw.close()
-                break
-        raw.release_conn()
-        data = b"".join(chunks)
-        return data[:cap] if size > cap else data
-
-    def _translate(self, exc: BaseException, entry: Entry, where: str) -> Exception:
-        """Map a requests/urllib3/socket failure onto the transport's error classes."""
-        if isinstance(exc, TransportError):
-            return exc
-        if entry.expired:
-            return TimedOut(f"timed out: no complete response within {self.total_timeout:g} s")
-        reason = _root_cause(exc)
-        if isinstance(reason, NewConnectionError | ConnectionRefusedError):
-            # Checked first: urllib3's NewConnectionError subclasses ConnectTimeoutError.
-            return ConnectFailed(_short(f"connect to {where} failed: {_describe(reason)}"))
-        if isinstance(exc, requests.ConnectTimeout) or isinstance(reason, ConnectTimeoutError):
-            error = TimedOut(f"connect to {where} timed out after {self.connect_timeout:g} s")
-            error.during_connect = True
-            return error
-        if isinstance(exc, requests.ReadTimeout | ReadTimeoutError | socket.timeout):
-            return TimedOut(
-                f"timed out waiting for {where}: {self.read_timeout:g} s without a byte"
-            )
-        if isinstance(exc, requests.exceptions.SSLError | Urllib3SSLError | ssl.SSLError):
-            return TLSFailed(_short(f"TLS failed with {where}: {_describe(reason)}"))
-        return ProtocolFailed(_short(f"{where}: {_describe(reason)}"))
+            if size > cap:  # the rest is not drained: the connection will be closed
+                return b"".join(chunks)[:cap], False
+        return b"".join(chunks), response.closed
 
 
-def _root_cause(exc: BaseException) -> BaseException:
-    """Unwrap requests' and urllib3's wrapper exceptions down to the informative one."""
-    for _ in range(8):
-        inner = getattr(exc, "reason", None)
-        if not isinstance(inner, BaseException):
-            nested = [arg for arg in exc.args if isinstance(arg, BaseException)]
-            inner = nested[-1] if nested else None
-        if inner is None or inner is exc:
-            break
-        exc = inner
-    return exc
-
-
-def _describe(exc: BaseException) -> str:
-    """A short human description of a low-level error."""
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return str(exc.verify_message or exc.reason or exc)
-    if isinstance(exc, NewConnectionError) and isinstance(exc.__cause__, OSError):
-        exc = exc.__cause__
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror.lower()
-    text = str(exc) or type(exc).__name__
-    return text.split(": ", 1)[-1] if text.startswith("<") else text
-
-
-def _short(message: str) -> str:
-    """Trim a message to fit a ``last_error`` column comfortably."""
-    return message if len(message) <= _MESSAGE_LIMIT else message[: _MESSAGE_LIMIT - 3] + "..."
+def _send(conn: Any, path: str, headers: dict[str, str], body: bytes) -> None:
+    """Write the request; a server that hangs up early may still have answered."""
+    try:
+        conn.request(
+            "POST", path, body=body, headers=headers, preload_content=False, decode_content=False
+        )
+    except BrokenPipeError:
+        pass  # as urllib3: read whatever answer the server sent before closing
+    except OSError as exc:
+        if exc.errno not in (errno.EPROTOTYPE, errno.ECONNRESET):
+            raise
