@@ -40,12 +40,11 @@ VARIANTS: list[tuple[str, dict[str, Any], str]] = [
     ("as shipped", {}, ""),
     ("breakers off (OUTBOX_BREAKER_THRESHOLD=0)", {"OUTBOX_BREAKER_THRESHOLD": 0}, ""),
     ("no transport watchdog", {}, "no-watchdog"),
-    ("recorder gathers 50 ms", {}, "recorder-window"),
     ("OUTBOX_CONCURRENCY=16", {"OUTBOX_CONCURRENCY": 16}, ""),
     (
-        "breakers off + no watchdog + recorder 50 ms",
+        "breakers off + no watchdog",
         {"OUTBOX_BREAKER_THRESHOLD": 0},
-        "no-watchdog,recorder-window",
+        "no-watchdog",
     ),
 ]
 

@@ -7,16 +7,11 @@ comma-separated list of switches:
 ``no-watchdog``
     The transport's per-request deadline watchdog does nothing (no lock, no socket
     dup); requests are bounded by the socket timeouts only.
-``recorder-window``
-    The recorder thread gathers outcomes for up to 50 ms (or 500) before saving a
-    batch, instead of stopping at the first 2 ms gap.
 """
 
 from __future__ import annotations
 
 import os
-import queue
-import time
 from typing import Any
 
 SWITCHES = frozenset(filter(None, os.environ.get("BENCH_WHATIF", "").split(",")))
@@ -50,22 +45,3 @@ if "no-watchdog" in SWITCHES:
     # The package's own after-fork hook makes a real watchdog in each pool child;
     # this one is registered later, so it runs after it.
     os.register_at_fork(after_in_child=_install)
-
-if "recorder-window" in SWITCHES:
-    from django_outbox.recorder import Recorder
-
-    def _gathering_loop(self: Any) -> None:
-        while True:
-            batch = [self._queue.get()]
-            until = time.monotonic() + 0.05
-            while len(batch) < self.BATCH and (left := until - time.monotonic()) > 0:
-                try:
-                    batch.append(self._queue.get(timeout=left))
-                except queue.Empty:
-                    break
-            self._save(batch)
-            with self._idle:
-                self._pending -= len(batch)
-                self._idle.notify_all()
-
-    Recorder._loop = _gathering_loop  # type: ignore[method-assign]

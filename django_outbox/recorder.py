@@ -2,10 +2,12 @@
 
 The delivery threads never touch the database.  They hand each
 :class:`~django_outbox.outcomes.Outcome` to the process's :class:`Recorder`,
-whose one thread saves them in batches, on one connection, each update
-conditional on the claim still being the one the attempt was made under, so
-an attempt whose lease was taken over cannot overwrite the newer state.
-Signals are sent and retries published only after the batch commits.
+whose one thread gathers them for up to :attr:`Recorder.WINDOW` and saves them
+in batches, on one connection, each update conditional on the claim still
+being the one the attempt was made under, so an attempt whose lease was taken
+over cannot overwrite the newer state.  Signals are sent before the batch is
+saved (at least once, see ``signals.py``); retries and successors are
+published after it commits.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from django.db import DatabaseError, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from django_outbox._claimed_rows import ClaimedRow, read_rows
+from django_outbox._grouped_updates import GroupedUpdates
+from django_outbox._signal_args import AttemptSignals, failure_args
 from django_outbox.backoff import Decision, held_until, next_attempt
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
@@ -31,7 +36,7 @@ from django_outbox.hosts import record_failures, record_successes
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, locked
 from django_outbox.ordering import promote_successors
 from django_outbox.outcomes import Kind, Outcome, server_failed
-from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled, send_logged
+from django_outbox.signals import delivery_failed, send_logged
 
 logger = logging.getLogger("django_outbox.recorder")
 
@@ -50,19 +55,12 @@ class _Effects:
     """The signals a batch of outcomes sends, and what to publish once it is saved."""
 
     def __init__(self) -> None:
-        self.signals: list[tuple[Any, dict[str, Any]]] = []
+        self.signals = AttemptSignals()
         self.retries: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
         self.finished: list[tuple[str, str]] = []
 
-    def fail(self, row: Delivery) -> None:
-        self.signals.append((delivery_failed, _failure_args(row)))
-        self.finished.append((row.ordering_key, row.inbox))
-
-    def send_signals(self) -> None:
-        for signal, kwargs in self.signals:
-            send_logged(signal, Delivery, **kwargs)
-
     def publish(self) -> None:
+        """Publish the retries due soon and queue the successors of finished deliveries."""
         for countdown, lanes in self.retries.items():
             publish({lane: ids for lane, ids in lanes.items()}, countdown or None)
         successors = promote_successors(self.finished)
@@ -70,24 +68,10 @@ class _Effects:
             publish(successors)
 
 
-def _common_args(row: Delivery) -> dict[str, Any]:
-    return {"delivery": row, "inbox": row.inbox, "actor": row.message.sender}
-
-
-def _failure_args(row: Delivery) -> dict[str, Any]:
-    return {
-        **_common_args(row),
-        "status": row.last_status,
-        "error": row.last_error,
-        "tag": row.message.tag,
-        "deadline": row.deadline_reached,
-    }
-
-
 def _fields_for(
-    row: Delivery, outcome: Outcome, now: datetime, effects: _Effects
+    row: ClaimedRow, outcome: Outcome, now: datetime, effects: _Effects
 ) -> dict[str, Any]:
-    """The new field values of ``row`` after ``outcome``, noting signals and retries."""
+    """The new field values of ``row`` after ``outcome``, noting retries and successors."""
     fields: dict[str, Any] = {"last_status": outcome.status, "last_error": outcome.error[:2000]}
     if outcome.kind in _SETTLED:
         fields.update(state=_SETTLED[outcome.kind], finished_at=now)
@@ -107,6 +91,7 @@ def _fields_for(
                 if outcome.error
                 else decision.give_up,
             )
+            effects.finished.append((row.ordering_key, row.inbox))
         else:
             wait = (decision.retry_at - now).total_seconds()
             parked = wait > conf.COUNTDOWN_LIMIT
@@ -116,24 +101,23 @@ def _fields_for(
                 dispatched_at=None if parked else now,
             )
             if not parked:
-                effects.retries[max(0, int(wait + 0.999))][row.lane].append(row.pk)
+                effects.retries[max(0, int(wait + 0.999))][row.lane].append(row.id)
     fields.update(_RELEASE)
     return fields
 
 
-def _decide(row: Delivery, outcome: Outcome, now: datetime) -> Decision:
-    deadline = row.message.deadline
+def _decide(row: ClaimedRow, outcome: Outcome, now: datetime) -> Decision:
     if outcome.kind is Kind.EXPIRED:
         return Decision(None, "the batch's deadline passed before it was sent", True)
     if outcome.kind is Kind.HELD:
-        return held_until(now, outcome.held_for or 0.0, deadline)
+        return held_until(now, outcome.held_for or 0.0, row.deadline)
     if outcome.kind is Kind.RELEASED:
         return Decision(now)
     return next_attempt(
         now=now,
         attempts=row.attempts,
-        max_attempts=row.message.max_attempts,
-        deadline=deadline,
+        max_attempts=row.max_attempts,
+        deadline=row.deadline,
         asked=outcome.retry_after,
     )
 
@@ -148,70 +132,49 @@ def apply_outcomes(outcomes: list[Outcome]) -> _Effects:
     """
     now = timezone.now()
     effects = _Effects()
-    rows = Delivery.objects.select_related("message").defer(
-        "message__body", "message__pending_inboxes"
-    )
-    by_id = {row.pk: row for row in rows.filter(id__in=[o.delivery_id for o in outcomes])}
-    groups: dict[tuple[str, tuple[tuple[str, Any], ...]], list[int]] = defaultdict(list)
+    rows = read_rows([o.delivery_id for o in outcomes], effects.signals)
+    updates = GroupedUpdates()
+    done: set[int] = set()
     succeeded: set[str] = set()
+    recovered: set[str] = set()
     failing: set[str] = set()
     for outcome in outcomes:
-        row = by_id.get(outcome.delivery_id)
-        if row is None or row.claimed_by != outcome.token or row.state != DeliveryState.SENDING:
+        row = rows.get(outcome.delivery_id)
+        if (
+            row is None
+            or row.id in done
+            or row.claimed_by != outcome.token
+            or row.state != DeliveryState.SENDING
+        ):
             continue
+        done.add(row.id)
         outcome = _unless_sender_gone(row, outcome)
         if outcome.kind is Kind.DELIVERED:
             succeeded.add(row.host)
+            if row.failing:
+                recovered.add(row.host)
         elif outcome.kind is Kind.RETRY and server_failed(outcome.status):
             failing.add(row.host)
         fields = _fields_for(row, outcome, now, effects)
-        groups[(outcome.token, tuple(sorted(fields.items(), key=lambda i: i[0])))].append(row.pk)
-        for name, value in fields.items():
-            if name != "attempts":
-                setattr(row, name, value)
-        if fields.get("attempts") is _UNSPEND:
-            row.attempts -= 1
-        if outcome.kind is not Kind.RELEASED:
-            attempt = {
-                **_common_args(row),
-                "status": outcome.status,
-                "error": outcome.error,
-                "held": outcome.kind is Kind.HELD,
-                "outcome": outcome.kind.value,
-            }
-            effects.signals.append((delivery_attempted, attempt))
-        if outcome.kind in _SETTLED:
-            effects.signals.append(
-                (
-                    delivery_settled,
-                    {
-                        **_common_args(row),
-                        "tag": row.message.tag,
-                        "outcome": outcome.kind.value,
-                        "status": outcome.status,
-                    },
-                )
-            )
-        if row.state in (DeliveryState.FAILED, DeliveryState.REFUSED):
-            effects.fail(row)
-    effects.send_signals()
+        updates.add(outcome.token, row.id, fields)
+        effects.signals.note(row.id, outcome, fields, unspent=fields.get("attempts") is _UNSPEND)
+    effects.signals.send()
     with transaction.atomic():
-        for (token, items), ids in groups.items():
-            Delivery.objects.filter(
-                id__in=ids, claimed_by=token, state=DeliveryState.SENDING
-            ).update(**dict(items))
-        record_successes(succeeded)
+        updates.save()
+        # Only hosts that had a Host row when the batch was read: a row another
+        # process writes after that is a failure seen after this success.
+        record_successes(recovered)
         record_failures(failing - succeeded)
     return effects
 
 
-def _unless_sender_gone(row: Delivery, outcome: Outcome) -> Outcome:
+def _unless_sender_gone(row: ClaimedRow, outcome: Outcome) -> Outcome:
     """``outcome`` as a refusal when its status is one after which the sender may be
     gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and the key resolver says it is."""
     if outcome.kind is not Kind.RETRY or outcome.status not in conf.SENDER_GONE_STATUSES:
         return outcome
     gone = getattr(conf.KEY_RESOLVER, "gone", None)
-    if gone is None or not gone(row.message.sender):
+    if gone is None or not gone(row.sender):
         return outcome
     return replace(outcome, kind=Kind.REFUSED, error=f"{outcome.error}; the sender is gone")
 
@@ -238,20 +201,32 @@ def give_up_rows(ids: Iterable[int], reason: str, *, deadline: bool = False) -> 
     for row in rows:
         row.state, row.last_error, row.deadline_reached = DeliveryState.FAILED, reason, deadline
         row.finished_at = now
-        effects.fail(row)
-    effects.send_signals()
+        effects.finished.append((row.ordering_key, row.inbox))
+        send_logged(delivery_failed, Delivery, **failure_args(row))
     effects.publish()
     return changed
 
 
 class Recorder:
-    """The per-process writer thread that :func:`apply_outcomes` runs on."""
+    """The per-process writer thread that :func:`apply_outcomes` runs on.
 
+    Saving costs far less per outcome in a big batch than in a small one, so
+    the thread gathers what the delivery threads hand it for up to
+    :attr:`WINDOW` seconds after the first outcome of a batch (or until
+    :attr:`BATCH` of them), then saves them together.  :meth:`flush` cuts the
+    window short.
+    """
+
+    #: The most outcomes saved in one batch.
     BATCH = 500
+    #: Seconds a batch waits for more outcomes after its first.
+    WINDOW = 0.05
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Outcome] = queue.SimpleQueue()
+        # None is no outcome: flush() puts it to wake a gathering thread.
+        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._pending = 0
+        self._flushing = 0
         self._idle = threading.Condition()
         self._thread = threading.Thread(target=self._loop, name="outbox-recorder", daemon=True)
         self._thread.start()
@@ -263,22 +238,48 @@ class Recorder:
         self._queue.put(outcome)
 
     def flush(self, timeout: float) -> bool:
-        """Wait until every queued outcome is saved; False if ``timeout`` passed first."""
+        """Wait until every queued outcome is saved; False if ``timeout`` passed first.
+
+        While it waits, batches are saved without waiting for more outcomes.
+        """
         with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+            if self._pending == 0:
+                return True
+            self._flushing += 1
+        try:
+            self._queue.put(None)
+            with self._idle:
+                return self._idle.wait_for(lambda: self._pending == 0, timeout)
+        finally:
+            with self._idle:
+                self._flushing -= 1
 
     def _loop(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < self.BATCH:
-                try:
-                    batch.append(self._queue.get(timeout=0.002))
-                except queue.Empty:
-                    break
+            first = self._queue.get()
+            if first is None:
+                continue
+            batch = self._gather(first)
             self._save(batch)
             with self._idle:
                 self._pending -= len(batch)
                 self._idle.notify_all()
+
+    def _gather(self, first: Outcome) -> list[Outcome]:
+        """``first`` and what else comes within the window, or is already queued."""
+        batch = [first]
+        until = time.monotonic() + self.WINDOW
+        while len(batch) < self.BATCH:
+            left = 0.0 if self._flushing else until - time.monotonic()
+            try:
+                item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                until = 0.0  # a flush: take only what is already queued
+            else:
+                batch.append(item)
+        return batch
 
     def _save(self, batch: list[Outcome]) -> None:
         pause = 0.5

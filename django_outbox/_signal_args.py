@@ -1,0 +1,132 @@
+"""The signals of a batch of outcomes, built only for the signals that have receivers.
+
+Most sites connect no receiver, or one to a single signal.  Loading every row
+of a batch as a model instance and building three sets of keyword arguments
+per outcome costs far more than saving it, so the recorder notes what each
+outcome would send, and only for the signals that have receivers are the rows
+loaded and the documented arguments (``signals.py``, ``docs/signals.md``)
+built, exactly as they always were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.dispatch import Signal
+
+from django_outbox.models import SETTLED_STATES, Delivery, DeliveryState
+from django_outbox.outcomes import Kind, Outcome
+from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled, send_logged
+
+_FAILED_STATES = (DeliveryState.FAILED, DeliveryState.REFUSED)
+
+
+def common_args(row: Delivery) -> dict[str, Any]:
+    """The arguments every signal carries: ``delivery``, ``inbox`` and ``actor``."""
+    return {"delivery": row, "inbox": row.inbox, "actor": row.message.sender}
+
+
+def failure_args(row: Delivery) -> dict[str, Any]:
+    """The arguments of ``delivery_failed`` for ``row``, which carries its final state."""
+    return {
+        **common_args(row),
+        "status": row.last_status,
+        "error": row.last_error,
+        "tag": row.message.tag,
+        "deadline": row.deadline_reached,
+    }
+
+
+def attempt_args(row: Delivery, outcome: Outcome) -> dict[str, Any]:
+    """The arguments of ``delivery_attempted`` for ``outcome`` of ``row``."""
+    return {
+        **common_args(row),
+        "status": outcome.status,
+        "error": outcome.error,
+        "held": outcome.kind is Kind.HELD,
+        "outcome": outcome.kind.value,
+    }
+
+
+def settled_args(row: Delivery, outcome: Outcome) -> dict[str, Any]:
+    """The arguments of ``delivery_settled`` for ``outcome`` of ``row``."""
+    return {
+        **common_args(row),
+        "tag": row.message.tag,
+        "outcome": outcome.kind.value,
+        "status": outcome.status,
+    }
+
+
+def full_rows(ids: list[int]) -> dict[int, Delivery]:
+    """The deliveries with ``ids`` as the signals pass them: with their message, but
+    not its body or its pending inboxes."""
+    rows = Delivery.objects.select_related("message").defer(
+        "message__body", "message__pending_inboxes"
+    )
+    return {row.pk: row for row in rows.filter(id__in=ids).order_by()}
+
+
+class AttemptSignals:
+    """What a batch of outcomes sends, noted before its rows are saved.
+
+    Whether each signal has receivers is asked once, when the batch starts.
+    ``delivery_attempted`` and ``delivery_settled`` go out for nearly every
+    outcome, so with receivers for either, :attr:`every_row` says to load the
+    rows in full at once (:meth:`preload`); otherwise only the rows that
+    ``delivery_failed`` goes out for are loaded, and only when it has receivers.
+    """
+
+    def __init__(self) -> None:
+        self.attempted = delivery_attempted.has_listeners(Delivery)
+        self.settled = delivery_settled.has_listeners(Delivery)
+        self.failed = delivery_failed.has_listeners(Delivery)
+        self.every_row = self.attempted or self.settled
+        self._rows: dict[int, Delivery] | None = None
+        self._notes: list[tuple[Signal, int, Outcome]] = []
+        self._changes: dict[int, tuple[dict[str, Any], bool]] = {}
+
+    def preload(self, ids: list[int]) -> dict[int, Delivery]:
+        """Load the rows of ``ids`` in full for the signals, and return them."""
+        self._rows = full_rows(ids)
+        return self._rows
+
+    def note(self, pk: int, outcome: Outcome, fields: dict[str, Any], *, unspent: bool) -> None:
+        """Note the signals of ``outcome``, which sets ``fields`` on delivery ``pk``
+        (and gives back its attempt when ``unspent``)."""
+        state = fields["state"]
+        count = len(self._notes)
+        if self.attempted and outcome.kind is not Kind.RELEASED:
+            self._notes.append((delivery_attempted, pk, outcome))
+        if self.settled and state in SETTLED_STATES:
+            self._notes.append((delivery_settled, pk, outcome))
+        if self.failed and state in _FAILED_STATES:
+            self._notes.append((delivery_failed, pk, outcome))
+        if len(self._notes) > count:
+            self._changes[pk] = (fields, unspent)
+
+    def send(self) -> None:
+        """Send the noted signals in order, each row carrying its new state."""
+        if not self._notes:
+            return
+        rows = full_rows(list(self._changes)) if self._rows is None else self._rows
+        for pk, (fields, unspent) in self._changes.items():
+            row = rows.get(pk)
+            if row is None:
+                continue
+            for name, value in fields.items():
+                if name != "attempts":
+                    setattr(row, name, value)
+            if unspent:
+                row.attempts -= 1
+        for signal, pk, outcome in self._notes:
+            row = rows.get(pk)
+            if row is None:
+                continue  # deleted meanwhile: its update will find nothing either
+            if signal is delivery_attempted:
+                kwargs = attempt_args(row, outcome)
+            elif signal is delivery_settled:
+                kwargs = settled_args(row, outcome)
+            else:
+                kwargs = failure_args(row)
+            send_logged(signal, Delivery, **kwargs)
