@@ -8,13 +8,13 @@ deliveries start while the rest are still being written.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
+from django_outbox._pg_rows import insert_deliveries
 from django_outbox.conf import conf
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Lane, Message
 from django_outbox.validation import inbox_host
@@ -63,29 +63,34 @@ def create_deliveries(
     now = timezone.now()
     via = via or {}
     waiting = _waiting_inboxes(message, inboxes)
-    rows = [
-        Delivery(
-            message=message,
-            inbox=inbox,
-            host=inbox_host(via[inbox][0] if inbox in via else inbox),
-            via=via.get(inbox, []),
-            lane=message.lane,
-            ordering_key=message.ordering_key,
-            state=DeliveryState.WAITING if inbox in waiting else DeliveryState.QUEUED,
-            next_attempt_at=now,
-            dispatched_at=None if inbox in waiting else now,
-            created_at=now,
-        )
-        for inbox in inboxes
+    vias = [via.get(inbox, []) for inbox in inboxes]
+    hosts = [
+        inbox_host(gateways[0] if gateways else inbox)
+        for inbox, gateways in zip(inboxes, vias, strict=True)
     ]
-    Delivery.objects.bulk_create(rows, batch_size=2000)
+    if connection.vendor == "postgresql":
+        queued = insert_deliveries(message, inboxes, hosts, vias, waiting, now)
+    else:
+        rows = [
+            Delivery(
+                message=message,
+                inbox=inbox,
+                host=host,
+                via=gateways,
+                lane=message.lane,
+                ordering_key=message.ordering_key,
+                state=DeliveryState.WAITING if inbox in waiting else DeliveryState.QUEUED,
+                next_attempt_at=now,
+                dispatched_at=None if inbox in waiting else now,
+                created_at=now,
+            )
+            for inbox, host, gateways in zip(inboxes, hosts, vias, strict=True)
+        ]
+        Delivery.objects.bulk_create(rows, batch_size=2000)
+        queued = [row.pk for row in rows if row.state == DeliveryState.QUEUED]
     if waiting:
         _promote_freed_on_commit(message.pk, message.ordering_key)
-    ids: dict[str, list[int]] = defaultdict(list)
-    for row in rows:
-        if row.state == DeliveryState.QUEUED:
-            ids[row.lane].append(row.pk)
-    return dict(ids)
+    return {message.lane: queued} if queued else {}
 
 
 def _promote_freed_on_commit(message_id: int, ordering_key: str) -> None:
