@@ -72,7 +72,12 @@ class Engine(Generic[J]):
         self._per_host = max(1, per_host)
         self._backlog = backlog if backlog is not None else 4 * max(1, concurrency)
         self._parked_cap = parked if parked is not None else 16 * max(1, concurrency)
-        self._lock = threading.Condition()
+        # One lock, and a condition per kind of waiter, so that a finished job
+        # wakes one sending thread rather than all of them.
+        self._lock = threading.Lock()
+        self._job_ready = threading.Condition(self._lock)
+        self._room_made = threading.Condition(self._lock)
+        self._settled = threading.Condition(self._lock)
         self._runnable: tuple[deque[J], deque[J]] = (deque(), deque())
         self._hosts: dict[str, _HostLine[J]] = defaultdict(lambda: _HostLine(0, deque()))
         self._waiting = 0  # ready to start or parked in a host's line
@@ -117,7 +122,7 @@ class Engine(Generic[J]):
         True if there is room (or the engine is stopping: submitting then refuses at once).
         """
         with self._lock:
-            return self._lock.wait_for(lambda: self._stopping or not self._full(), timeout)
+            return self._room_made.wait_for(lambda: self._stopping or not self._full(), timeout)
 
     def _full(self) -> bool:
         ready = self._waiting - self._parked
@@ -129,27 +134,28 @@ class Engine(Generic[J]):
         with self._lock:
             for job in jobs:
                 while block and not self._stopping and self._full():
-                    self._lock.notify_all()
-                    self._lock.wait()
+                    self._room_made.wait()
                 if self._stopping:
                     refused.append(job)
                     continue
-                self._add(job)
-            self._lock.notify_all()
+                if self._add(job):
+                    self._job_ready.notify()
         return refused
 
-    def _add(self, job: J) -> None:
+    def _add(self, job: J) -> bool:
+        """Put ``job`` in line; True if it may start at once."""
         line = self._hosts[self._host_of(job)]
         self._waiting += 1
         if line.in_flight < self._per_host:
             line.in_flight += 1
             self._runnable[0 if self._urgent(job) else 1].append(job)
-        elif self._urgent(job):
-            self._parked += 1
+            return True
+        self._parked += 1
+        if self._urgent(job):
             line.waiting.appendleft(job)
         else:
-            self._parked += 1
             line.waiting.append(job)
+        return False
 
     def _may_start(self) -> bool:
         runnable = bool(self._runnable[0] or self._runnable[1])
@@ -163,7 +169,7 @@ class Engine(Generic[J]):
                     if self._stopping:
                         return None
                     extra = len(self._threads) > self._concurrency
-                    if not self._lock.wait(_EXTRA_IDLE if extra else None) and extra:
+                    if not self._job_ready.wait(_EXTRA_IDLE if extra else None) and extra:
                         # An extra thread with nothing to do; leaving the set under
                         # the lock keeps two of them from both leaving for the last.
                         self._threads.discard(threading.current_thread())
@@ -174,7 +180,7 @@ class Engine(Generic[J]):
             self._waiting -= 1
             self._running += 1
             self._active[id(job)] = (job, time.monotonic())
-            self._lock.notify_all()
+            self._room_made.notify_all()
             return job
 
     def _watch(self) -> None:
@@ -192,7 +198,7 @@ class Engine(Generic[J]):
                 for _ in range(min(wanted, self._max_threads - len(self._threads))):
                     self._spawn()
                 if changed:
-                    self._lock.notify_all()
+                    self._job_ready.notify(max(1, free))
 
     def _done(self, job: J) -> None:
         with self._lock:
@@ -208,7 +214,10 @@ class Engine(Generic[J]):
                 line.in_flight -= 1
                 if line.in_flight == 0:
                     del self._hosts[host]
-            self._lock.notify_all()
+            # No thread is woken for the slot this frees, or for the host's next
+            # job: the thread that finished is about to ask for a job itself.
+            if self._running + self._waiting == 0:
+                self._settled.notify_all()
 
     def _loop(self) -> None:
         try:
@@ -234,7 +243,8 @@ class Engine(Generic[J]):
             self._runnable[0].clear()
             self._runnable[1].clear()
             self._waiting = self._parked = 0
-            self._lock.notify_all()
+            for condition in (self._job_ready, self._room_made, self._settled):
+                condition.notify_all()
         return unstarted
 
     def join(self, timeout: float) -> list[J]:
@@ -250,4 +260,4 @@ class Engine(Generic[J]):
     def wait_idle(self, timeout: float) -> bool:
         """Block until nothing runs or waits, up to ``timeout``; True if idle."""
         with self._lock:
-            return self._lock.wait_for(lambda: self._running + self._waiting == 0, timeout)
+            return self._settled.wait_for(lambda: self._running + self._waiting == 0, timeout)
