@@ -17,7 +17,7 @@ from typing import Any
 
 from celery import Task, shared_task
 from celery.signals import beat_init, worker_process_shutdown, worker_shutdown
-from django.db import InterfaceError, OperationalError
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from django_outbox.conf import conf
 
@@ -37,7 +37,16 @@ def outage_pause(retries: int) -> float:
 
 
 class OutboxTask(Task):  # type: ignore[type-arg]
-    """A task whose automatic retries take their delay and ids from :class:`RetryLater`."""
+    """A task whose automatic retries take their delay and ids from :class:`RetryLater`,
+    and which drops its database connection when Django would after a request."""
+
+    def after_return(self, *args: Any, **kwargs: Any) -> None:
+        """Close the connection if it is broken or older than ``CONN_MAX_AGE``.
+
+        Celery's Django fix-up closes it after every task unless
+        ``CELERY_DB_REUSE_MAX`` is set; with it set, this keeps Django's rules.
+        """
+        close_old_connections()
 
     def retry(  # type: ignore[override]
         self,
@@ -92,7 +101,7 @@ def expand(self: OutboxTask, message_id: int) -> int:
     return expand_message(message_id)
 
 
-@shared_task(name="django_outbox.sweep", ignore_result=True)
+@shared_task(base=OutboxTask, name="django_outbox.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """Run one sweep: dispatch due and lost work, reclaim leases, prune."""
     from django_outbox.sweeper import sweep as run_sweep
