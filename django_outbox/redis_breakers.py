@@ -160,7 +160,7 @@ class RedisBreakerStore:
         prefix: str = "outbox:breaker:",
         *,
         error_pause: float = 15.0,
-        trust_for: float = 5.0,
+        trust_for: float = 30.0,
     ) -> None:
         self._client_factory = client_factory
         self.prefix = prefix
@@ -169,13 +169,17 @@ class RedisBreakerStore:
         self._trusted: dict[str, float] = {}
         self._lock = threading.Lock()
         self._retry_at: float | None = None
-        self._scripts: tuple[redis.Redis, Script, Script] | None = None
+        # Made once, with the first client; each call names the client to run on.
+        self._scripts: tuple[Script, Script] | None = None
+        # Tokens unique between processes and machines, cheaper than a uuid each.
+        self._token_prefix = uuid.uuid4().hex[:16]
+        self._tokens = itertools.count()
 
     def admit(self, key: str, policy: BreakerPolicy) -> Admission:
         """See :meth:`BreakerStore.admit`; ``pass`` when Redis cannot answer."""
         if self._trusted.get(key, 0.0) > time.monotonic():
             return PASS
-        token = uuid.uuid4().hex
+        token = f"{self._token_prefix}{next(self._tokens):x}"
         reply = self._run(
             0,
             key,
@@ -258,10 +262,10 @@ class RedisBreakerStore:
                 self._retry_at = now + self._error_pause
         try:
             client = self._client_factory()
-            if self._scripts is None or self._scripts[0] is not client:
+            if self._scripts is None:
                 admit, record = (client.register_script(s) for s in (_ADMIT_LUA, _RECORD_LUA))
-                self._scripts = (client, admit, record)
-            script = self._scripts[2] if which else self._scripts[1]
+                self._scripts = (admit, record)
+            script = self._scripts[which]
             reply = script(keys=[self.prefix + key], args=args, client=client)
         except redis.RedisError as error:
             with self._lock:
