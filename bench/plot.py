@@ -20,9 +20,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ("bare\nRSA", s.get("bare", {}).get("rate")),
         ("cpu-bound\nRSA", s.get("cpu-bound", {}).get("rate")),
         ("bare\nEd25519", s.get("bare-ed25519", {}).get("rate")),
-        ("cpu-bound\nEd25519", s.get("cpu-bound-ed25519", {}).get("rate")),
-        ("latency-\nbound RSA", s.get("latency-bound", {}).get("rate")),
-        ("latency-\nEd25519", s.get("latency-bound-ed25519", {}).get("rate")),
+        ("cpu-b.\nEd25519", s.get("cpu-bound-ed25519", {}).get("rate")),
+        ("latency\nRSA", s.get("latency-bound", {}).get("rate")),
+        ("latency\nEd25519", s.get("latency-bound-ed25519", {}).get("rate")),
         ("naive", s.get("naive", {}).get("naive", {}).get("rate")),
         ("task/inbox\ncached", s.get("naive", {}).get("cached", {}).get("rate")),
     ]
@@ -31,7 +31,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     med = [f["median"] for _, f in bars]
     err = [[f["median"] - f["min"] for _, f in bars], [f["max"] - f["median"] for _, f in bars]]
     ax.bar(xs, med, yerr=err, capsize=4, color="#4c72b0")
-    ax.set_xticks(list(xs), [n for n, _ in bars])
+    ax.set_xticks(list(xs), [n for n, _ in bars], fontsize=8)
     ax.axhline(1500, color="#c44e52", ls="--", lw=1, label="cpu-bound target 1,500/s")
     ax.axhline(1000, color="#dd8452", ls=":", lw=1, label="latency-bound target 1,000/s")
     ax.set_ylabel("deliveries/s (median, min-max)")
