@@ -13,7 +13,7 @@ database until every delivery is final.  Deliveries/s = delivered rows / (latest
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench.common import (
@@ -107,39 +107,32 @@ def run(
 ED_ACTOR = "https://demo.example/users/edna"
 
 
+def _cpu_shape(quick: bool) -> Shape:
+    """100 activities x 200 hosts answering 202 at once: 20,000 deliveries, three runs."""
+    return Shape(200, 0.0, messages=10 if quick else 100, repeats=1 if quick else 3, timeout=300)
+
+
+def _latency_shape(quick: bool) -> Shape:
+    """10 activities x 1,000 hosts answering after 100 ms: 10,000 deliveries, two runs."""
+    return Shape(1000, 0.1, messages=2 if quick else 10, repeats=1 if quick else 2, timeout=300)
+
+
 def cpu_bound(env: Env, quick: bool) -> dict[str, Any]:
-    """20,000 deliveries: 100 activities x 200 hosts answering 202 at once (RSA-2048)."""
-    shape = Shape(200, 0.0, messages=10 if quick else 100, repeats=1 if quick else 3, timeout=300)
-    return run(env, shape, label="cpu-bound")
+    """20,000 deliveries to 200 hosts answering at once, signed with RSA-2048."""
+    return run(env, _cpu_shape(quick), label="cpu-bound")
 
 
 def cpu_bound_ed25519(env: Env, quick: bool) -> dict[str, Any]:
-    """The same signed with Ed25519 (15x cheaper than RSA-2048 here): two runs."""
-    shape = Shape(
-        200,
-        0.0,
-        messages=10 if quick else 100,
-        repeats=1 if quick else 2,
-        timeout=300,
-        actor=ED_ACTOR,
-    )
+    """The same signed with Ed25519 (several times cheaper than RSA-2048): two runs."""
+    shape = replace(_cpu_shape(quick), repeats=1 if quick else 2, actor=ED_ACTOR)
     return run(env, shape, label="cpu-bound-ed25519")
 
 
 def latency_bound(env: Env, quick: bool) -> dict[str, Any]:
-    """10,000 deliveries: 10 activities x 1,000 hosts answering after 100 ms; two runs."""
-    shape = Shape(1000, 0.1, messages=2 if quick else 10, repeats=1 if quick else 2, timeout=300)
-    return run(env, shape, label="latency-bound")
+    """10,000 deliveries to 1,000 hosts answering after 100 ms, signed with RSA-2048."""
+    return run(env, _latency_shape(quick), label="latency-bound")
 
 
 def latency_bound_ed25519(env: Env, quick: bool) -> dict[str, Any]:
     """The latency-bound run signed with Ed25519, whose cheaper signing leaves more CPU."""
-    shape = Shape(
-        1000,
-        0.1,
-        messages=2 if quick else 10,
-        repeats=1 if quick else 2,
-        timeout=300,
-        actor=ED_ACTOR,
-    )
-    return run(env, shape, label="latency-bound-ed25519")
+    return run(env, replace(_latency_shape(quick), actor=ED_ACTOR), label="latency-bound-ed25519")

@@ -151,6 +151,22 @@ def _clean_redis_state() -> None:
     forget_local()
 
 
+@pytest.fixture(scope="module")
+def ca() -> Any:
+    """A throwaway certificate authority for TLS inbox servers."""
+    import trustme
+
+    return trustme.CA()
+
+
+@pytest.fixture
+def ca_file(ca: Any, tmp_path: Path) -> str:
+    """The CA's certificate in a PEM file, as ``OUTBOX_CA_BUNDLE`` takes it."""
+    path = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return str(path)
+
+
 @pytest.fixture
 def inbox_server() -> Iterator[Any]:
     """A loopback inbox server that records every request."""

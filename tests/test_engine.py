@@ -40,6 +40,16 @@ def make(
     )
 
 
+def holding(started: list[Task], **options: int | float) -> Engine[Task]:
+    """An engine whose jobs note that they started, then wait until released."""
+    return Engine(
+        lambda task: (started.append(task), task.hold.wait(10)),
+        host_of=lambda t: t.host,
+        urgent=lambda t: t.urgent,
+        **options,  # type: ignore[arg-type]
+    )
+
+
 def test_a_host_at_its_cap_does_not_block_other_hosts() -> None:
     log: list[Task] = []
     lock = threading.Lock()
@@ -99,14 +109,7 @@ def test_an_urgent_job_goes_to_the_front_of_its_host_line() -> None:
 
 
 def test_room_counts_what_may_wait_and_wait_for_room_times_out() -> None:
-    engine: Engine[Task] = Engine(
-        lambda task: task.hold.wait(5),
-        host_of=lambda t: t.host,
-        urgent=lambda t: t.urgent,
-        concurrency=1,
-        per_host=1,
-        backlog=2,
-    )
+    engine = holding([], concurrency=1, per_host=1, backlog=2)
     running = Task("a")
     engine.submit([running])
     time.sleep(0.05)
@@ -124,15 +127,7 @@ def test_room_counts_what_may_wait_and_wait_for_room_times_out() -> None:
 
 def test_slow_jobs_stop_counting_and_threads_are_made_up_up_to_the_maximum() -> None:
     started: list[Task] = []
-    engine: Engine[Task] = Engine(
-        lambda task: (started.append(task), task.hold.wait(10)),
-        host_of=lambda t: t.host,
-        urgent=lambda t: t.urgent,
-        concurrency=2,
-        per_host=1,
-        max_threads=5,
-        slow_after=0.2,
-    )
+    engine = holding(started, concurrency=2, per_host=1, max_threads=5, slow_after=0.2)
     silent = [Task(f"silent{n}") for n in range(4)]
     engine.submit(silent)
     time.sleep(0.1)
@@ -156,15 +151,7 @@ def test_slow_jobs_stop_counting_and_threads_are_made_up_up_to_the_maximum() -> 
 
 def test_jobs_parked_behind_a_slow_host_have_their_own_allowance() -> None:
     ran: list[Task] = []
-    engine: Engine[Task] = Engine(
-        lambda task: (ran.append(task), task.hold.wait(10)),
-        host_of=lambda t: t.host,
-        urgent=lambda t: t.urgent,
-        concurrency=2,
-        per_host=1,
-        backlog=2,
-        parked=5,
-    )
+    engine = holding(ran, concurrency=2, per_host=1, backlog=2, parked=5)
     slow = [Task("slow") for _ in range(6)]
     assert engine.submit(slow, block=False) == []
     assert engine.room() == 0, "five parked: their allowance is used up"

@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +25,6 @@ from django_outbox.transport import (
     retry_after_seconds,
 )
 from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
-
-trustme = pytest.importorskip("trustme")
 
 JSON = {"Content-Type": "application/activity+json"}
 
@@ -268,18 +265,6 @@ def test_ipv6_literal() -> None:
 def test_invalid_url_is_a_transport_error(transport: Transport) -> None:
     with pytest.raises(TransportError, match="invalid URL"):
         transport.post("ftp://example.com/inbox", JSON, b"{}")
-
-
-@pytest.fixture(scope="module")
-def ca() -> Any:
-    return trustme.CA()
-
-
-@pytest.fixture
-def ca_file(ca: Any, tmp_path: Path) -> str:
-    path = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(path))
-    return str(path)
 
 
 def tls_server(ca: Any, *names: str, seen: list[str] | None = None) -> InboxServer:

@@ -17,8 +17,6 @@ from django_outbox._transport_pool import watchdog
 from django_outbox.transport import TimedOut, Transport
 from testproject.inbox_servers import Behaviour, InboxServer
 
-trustme = pytest.importorskip("trustme")
-
 JSON = {"Content-Type": "application/activity+json"}
 
 
@@ -65,18 +63,6 @@ def test_closed_capped_and_cut_connections_leave_no_descriptor() -> None:
         assert not watchdog()._live
         transport.close()
         assert client_sockets(server.port) == 0
-
-
-@pytest.fixture(scope="module")
-def ca() -> Any:
-    return trustme.CA()
-
-
-@pytest.fixture
-def ca_file(ca: Any, tmp_path: Path) -> str:
-    path = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(path))
-    return str(path)
 
 
 def tls_server(ca: Any, host: str = "127.0.0.1") -> InboxServer:
