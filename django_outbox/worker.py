@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -264,13 +264,20 @@ def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
 
 
 def _take_urgent() -> None:
-    """Claim and start the priority-lane deliveries that are due, without waiting."""
-    due = list(
-        Delivery.objects.filter(
-            state=DeliveryState.QUEUED, lane=Lane.PRIORITY, next_attempt_at__lte=timezone.now()
+    """Claim and start the priority-lane deliveries that are due, without waiting.
+
+    Only a shortcut: their own Celery messages remain, so a database error here is
+    logged and the caller goes on handing over the deliveries it has claimed.
+    """
+    try:
+        due = list(
+            Delivery.objects.filter(
+                state=DeliveryState.QUEUED, lane=Lane.PRIORITY, next_attempt_at__lte=timezone.now()
+            )
+            .order_by("next_attempt_at")
+            .values_list("id", flat=True)[: conf.CHUNK_SIZE]
         )
-        .order_by("next_attempt_at")
-        .values_list("id", flat=True)[: conf.CHUNK_SIZE]
-    )
-    if due:
-        run_deliveries(due, wait=False)
+        if due:
+            run_deliveries(due, wait=False)
+    except DatabaseError:
+        logger.warning("could not look for priority-lane deliveries", exc_info=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
@@ -51,3 +52,39 @@ def test_a_priority_send_overtakes_a_worker_waiting_for_room(
     # message could not have run yet; the waiting task took the delivery itself.
     assert len(inbox_server.requests("/slow")) < FAN_OUT // 3
     wait_for(lambda: Delivery.objects.filter(state="delivered").count() == FAN_OUT + 1, 60)
+
+
+def test_a_database_error_while_looking_for_priority_work_does_not_stop_the_hand_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import OperationalError
+
+    from django_outbox import worker
+
+    class FullOnce:
+        """An engine with no room at first, then room for everything."""
+
+        def __init__(self) -> None:
+            self.asked = 0
+            self.submitted: list[object] = []
+
+        def wait_for_room(self, timeout: float) -> bool:
+            self.asked += 1
+            return self.asked > 1
+
+        def room(self) -> int:
+            return 100
+
+        def submit(self, jobs: list[object], *, block: bool = True) -> list[object]:
+            self.submitted += jobs
+            return []
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(Delivery.objects, "filter", unreachable)
+    engine = FullOnce()
+    jobs = [SimpleNamespace(claimed=SimpleNamespace(lane=Lane.DEFAULT)) for _ in range(3)]
+    worker._hand_over(SimpleNamespace(engine=engine), jobs, wait=True)  # type: ignore[arg-type]
+    assert engine.asked == 2, "it looked for priority work once, and it failed"
+    assert engine.submitted == jobs
