@@ -169,7 +169,8 @@ class Engine(Generic[J]):
                     if self._stopping:
                         return None
                     extra = len(self._threads) > self._concurrency
-                    if not self._job_ready.wait(_EXTRA_IDLE if extra else None) and extra:
+                    # A base thread also looks again now and then, whatever it was told.
+                    if not self._job_ready.wait(_EXTRA_IDLE if extra else 1.0) and extra:
                         # An extra thread with nothing to do; leaving the set under
                         # the lock keeps two of them from both leaving for the last.
                         self._threads.discard(threading.current_thread())

@@ -38,6 +38,10 @@ _KEY_TTL = 300.0
 _MESSAGES_KEPT = 256
 #: Seconds between looks for priority-lane work while a task waits for room.
 _URGENT_POLL = 0.05
+#: Seconds a task waits for room at most: it then hands over the rest anyway (the
+#: send-by time still protects their leases), so that a Celery process is never
+#: held for long, not even by an engine that has stopped making progress.
+_ROOM_WAIT_LIMIT = 10.0
 
 
 class WorkerProcess:
@@ -252,7 +256,13 @@ def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
     urgent = [job for job in jobs if job.claimed.lane == Lane.PRIORITY]
     refused = engine.submit(urgent, block=False)
     jobs = [job for job in jobs if job.claimed.lane != Lane.PRIORITY]
+    give_up_waiting = time.monotonic() + _ROOM_WAIT_LIMIT
     while jobs:
+        if wait and time.monotonic() > give_up_waiting:
+            logger.warning(
+                "no room in the engine for %ss; handing over %d more", _ROOM_WAIT_LIMIT, len(jobs)
+            )
+            wait = False
         if wait and not engine.wait_for_room(_URGENT_POLL):
             _take_urgent()
             continue

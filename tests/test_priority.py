@@ -88,3 +88,31 @@ def test_a_database_error_while_looking_for_priority_work_does_not_stop_the_hand
     worker._hand_over(SimpleNamespace(engine=engine), jobs, wait=True)  # type: ignore[arg-type]
     assert engine.asked == 2, "it looked for priority work once, and it failed"
     assert engine.submitted == jobs
+
+
+def test_a_task_waits_for_room_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_outbox import worker
+
+    class NeverRoom:
+        """An engine that has stopped making progress."""
+
+        def __init__(self) -> None:
+            self.submitted: list[object] = []
+
+        def wait_for_room(self, timeout: float) -> bool:
+            return False
+
+        def room(self) -> int:
+            return 0
+
+        def submit(self, jobs: list[object], *, block: bool = True) -> list[object]:
+            assert not block
+            self.submitted += jobs
+            return []
+
+    monkeypatch.setattr(worker, "_ROOM_WAIT_LIMIT", 0.2)
+    monkeypatch.setattr(worker, "_take_urgent", lambda: None)
+    engine = NeverRoom()
+    jobs = [SimpleNamespace(claimed=SimpleNamespace(lane=Lane.DEFAULT)) for _ in range(3)]
+    worker._hand_over(SimpleNamespace(engine=engine), jobs, wait=True)  # type: ignore[arg-type]
+    assert engine.submitted == jobs, "handed over after the limit, not held for ever"
