@@ -42,6 +42,22 @@ def _read_json_line(proc: subprocess.Popen[str], timeout: float) -> dict[str, An
     return json.loads(line)  # type: ignore[no-any-return]
 
 
+def _start_server(
+    env: Env, module: str, args: list[str], timeout: float, stderr: Any = None
+) -> tuple[subprocess.Popen[str], dict[str, Any]]:
+    """Start ``python -m module args`` in its own session; it and the JSON line it prints."""
+    proc = subprocess.Popen(
+        [PYTHON, "-m", module, *args],
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+        cwd=ROOT,
+        env=env.process_env(),
+        start_new_session=True,
+    )
+    return proc, _read_json_line(proc, timeout)
+
+
 def _stop(proc: subprocess.Popen[Any], grace: float) -> None:
     """SIGTERM ``proc``; after ``grace`` seconds SIGKILL its process group (ours)."""
     if proc.poll() is None:
@@ -64,17 +80,15 @@ class Farm:
         self._proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> Farm:
-        args = ["--count", str(self.count), "--delay", str(self.delay), "--first-address"]
-        self._proc = subprocess.Popen(
-            [PYTHON, "-m", "testproject.inbox_servers", *args, self.first],
-            stdout=subprocess.PIPE,
+        args = ["--count", str(self.count), "--delay", str(self.delay)]
+        self._proc, ready = _start_server(
+            self.env,
+            "testproject.inbox_servers",
+            [*args, "--first-address", self.first],
+            120,
             stderr=self._log.open("w"),
-            text=True,
-            cwd=ROOT,
-            env=self.env.process_env(),
-            start_new_session=True,
         )
-        self.urls = _read_json_line(self._proc, 120)["urls"]
+        self.urls = ready["urls"]
         return self
 
     def inboxes(self, per_host: int) -> list[str]:
@@ -105,15 +119,10 @@ class RecordingInbox:
         self.received: dict[str, float] = {}
 
     def __enter__(self) -> RecordingInbox:
-        self._proc = subprocess.Popen(
-            [PYTHON, "-m", "bench.recording_inbox", "--host", self.host],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=ROOT,
-            env=self.env.process_env(),
-            start_new_session=True,
+        self._proc, ready = _start_server(
+            self.env, "bench.recording_inbox", ["--host", self.host], 30
         )
-        self.url = _read_json_line(self._proc, 30)["url"]
+        self.url = ready["url"]
         return self
 
     def wait_for(self, path: str, timeout: float) -> float | None:
