@@ -184,7 +184,7 @@ def reset_state(env: Env) -> None:
     import redis
     from django.db import connection
 
-    from django_outbox.schemes import forget_local
+    from django_outbox.signing.schemes import forget_local
 
     with connection.cursor() as cursor:
         cursor.execute(

@@ -36,10 +36,10 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
     from django_redis import get_redis_connection
 
     from django_outbox.breakers import BreakerPolicy
+    from django_outbox.breakers.redis_store import RedisBreakerStore
     from django_outbox.conf import conf
-    from django_outbox.redis_breakers import RedisBreakerStore
-    from django_outbox.schemes import remember, remembered
     from django_outbox.signing import Scheme, sign_headers
+    from django_outbox.signing.schemes import remember, remembered
     from django_outbox.transport import Transport
     from django_outbox.validation import serialise_activity
     from testproject.demo.keys import resolve
@@ -113,11 +113,12 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
 def _database_steps(farm: Farm, batches: int) -> dict[str, dict[str, float]]:
     """Claiming 50 ids per task, saving 500 outcomes per recorder batch, publishing."""
     from django_outbox import outbox
-    from django_outbox.claims import claim, new_token
     from django_outbox.dispatch import publish
     from django_outbox.models import Delivery
-    from django_outbox.outcomes import Kind, Outcome
-    from django_outbox.recorder import apply_outcomes
+    from django_outbox.outcomes import AttemptResult, Outcome
+    from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
+    from django_outbox.store.transitions import claim
+    from django_outbox.worker.recorder import apply_outcomes, publish_effects
 
     totals = {"claim": [0.0, 0.0], "save": [0.0, 0.0], "publish": [0.0, 0.0]}
     count = 0
@@ -126,14 +127,19 @@ def _database_steps(farm: Farm, batches: int) -> dict[str, dict[str, float]]:
         message = outbox.send(ACTOR, activity(b), inboxes)
         assert message is not None
         ids = list(Delivery.objects.filter(message=message).values_list("id", flat=True))
+        data = load_messages([message.pk])[message.pk]
         token = new_token()
+        claimed: list[ClaimedRow] = []
+
+        def save(claimed: list[ClaimedRow] = claimed, data: MessageData = data) -> None:
+            outcomes = [Outcome(row, data, AttemptResult.DELIVERED, status=202) for row in claimed]
+            publish_effects(apply_outcomes(outcomes))
+
         steps: dict[str, Callable[[], Any]] = {
-            "claim": lambda ids=ids, token=token: [
-                claim(ids[k : k + 50], token) for k in range(0, len(ids), 50)
+            "claim": lambda ids=ids, token=token, claimed=claimed: [
+                claimed.extend(claim(ids[k : k + 50], token)) for k in range(0, len(ids), 50)
             ],
-            "save": lambda ids=ids, token=token: _after_commit(
-                apply_outcomes([Outcome(i, token, Kind.DELIVERED, status=202) for i in ids])
-            ),
+            "save": save,
             "publish": lambda ids=ids: publish({"outbox": ids}),
         }
         for name, step in steps.items():
@@ -172,14 +178,6 @@ def _http_client_post(urls: list[str], body: bytes) -> Callable[[int], Any]:
         return response.status
 
     return step
-
-
-def _after_commit(effects: Any) -> None:
-    """Run what the recorder runs after a batch commits (the name changed over time)."""
-    for name in ("run", "publish"):
-        if hasattr(effects, name):
-            getattr(effects, name)()
-            return
 
 
 def headers_for(url: str, signed: dict[str, str]) -> dict[str, str]:

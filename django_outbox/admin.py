@@ -16,7 +16,8 @@ from django.urls import URLPattern, path
 
 from django_outbox.api import outbox
 from django_outbox.breakers import BreakerStoreUnavailable
-from django_outbox.hosts import breaker_store, forget_cached
+from django_outbox.breakers.configured import configured_store
+from django_outbox.hosts import forget_cached
 from django_outbox.models import Delivery, DeliveryState, Host, Message
 
 
@@ -144,7 +145,7 @@ class HostAdmin(ReadOnlyAdmin):
 
     def breakers_view(self, request: HttpRequest) -> HttpResponse:
         """List open and half-open breakers; POST resets the selected ones."""
-        store = breaker_store()
+        store = configured_store()
         error = ""
         try:
             if request.method == "POST" and self.has_manage_permission(request):

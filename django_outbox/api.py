@@ -10,23 +10,21 @@ whatever the broker did not get.
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
-from django.utils import timezone
 
 from django_outbox.batch import Batch
 from django_outbox.conf import conf
+from django_outbox.dispatch import start_expansion_on_commit
 from django_outbox.exceptions import UnknownSender
-from django_outbox.fanout import choose_lane, create_deliveries
-from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
+from django_outbox.fanout import choose_lane, write_deliveries
+from django_outbox.models import Delivery, Message
+from django_outbox.operations import give_up, requeue
 from django_outbox.portable import PortableInbox
 from django_outbox.validation import activity_type, actor_id, clean_inboxes, serialise_activity
-
-logger = logging.getLogger("django_outbox.api")
 
 
 class Outbox:
@@ -102,96 +100,27 @@ class Outbox:
                 pending_inboxes="" if inline else "\n".join(targets),
             )
             if inline:
-                ids = create_deliveries(message, targets, via)
-                _publish_on_commit(ids)
+                write_deliveries(message, targets, via)
             else:
-                _expand_on_commit(message.pk, message.lane)
+                start_expansion_on_commit(message.pk, message.lane)
         return message
 
     def requeue(self, deliveries: QuerySet[Delivery]) -> int:
         """Queue the given finished deliveries again, with a fresh attempt budget.
 
         Live deliveries are left alone.  One with an ordering key waits again
-        if an earlier delivery with that key to its inbox is still live.
-        Returns how many were requeued.
+        if an earlier delivery with that key to its inbox is still live.  They
+        are published once the caller's transaction commits.  Returns how many
+        were requeued.
         """
-        now = timezone.now()
-        rows = list(
-            deliveries.filter(state__in=FINAL_STATES).values_list(
-                "id", "lane", "ordering_key", "inbox", "message_id"
-            )
-        )
-        behind = {
-            row[0]
-            for row in rows
-            if row[2]
-            and Delivery.objects.filter(
-                ordering_key=row[2], inbox=row[3], state__in=LIVE_STATES, message_id__lt=row[4]
-            ).exists()
-        }
-        fresh = {
-            "attempts": 0,
-            "next_attempt_at": now,
-            "deadline_reached": False,
-            "finished_at": None,
-            "claimed_by": "",
-            "lease_until": None,
-        }
-        ids = [row[0] for row in rows]
-        final = Delivery.objects.filter(state__in=FINAL_STATES)
-        final.filter(id__in=behind).update(state=DeliveryState.WAITING, dispatched_at=None, **fresh)
-        final.filter(id__in=ids).exclude(id__in=behind).update(
-            state=DeliveryState.QUEUED, dispatched_at=now, **fresh
-        )
-        by_lane: dict[str, list[int]] = {}
-        for delivery_id, lane, *_ in rows:
-            if delivery_id not in behind:
-                by_lane.setdefault(lane, []).append(delivery_id)
-        _publish_on_commit(by_lane)
-        return len(ids)
+        return requeue(deliveries.values_list("id", flat=True))
 
     def give_up(self, deliveries: QuerySet[Delivery], reason: str = "given up by hand") -> int:
         """Mark the given live deliveries failed now; returns how many changed.
 
         ``delivery_failed`` is sent for each, as for any other failure.
         """
-        from django_outbox.recorder import give_up_rows
-
-        ids = list(deliveries.filter(state__in=LIVE_STATES).values_list("id", flat=True))
-        return give_up_rows(ids, reason)
-
-
-def _publish_on_commit(ids: dict[str, list[int]]) -> None:
-    """Publish ``ids`` once the current transaction commits."""
-
-    def publish_deliveries() -> None:
-        from django_outbox.dispatch import publish
-
-        publish(ids)
-
-    transaction.on_commit(publish_deliveries, robust=True)
-
-
-def _expand_on_commit(message_id: int, lane: str) -> None:
-    """Start the expansion of a large fan-out once the current transaction commits.
-
-    If the broker is down the message keeps its inbox list, and the sweeper
-    starts the expansion after ``OUTBOX_REDISPATCH_AFTER``.
-    """
-
-    def start_expansion() -> None:
-        from django_outbox.tasks import expand
-
-        try:
-            expand.apply_async((message_id,), queue=lane)
-        except Exception:
-            logger.warning(
-                "could not publish the expansion of message %s; the sweeper will",
-                message_id,
-                exc_info=True,
-            )
-
-    transaction.on_commit(start_expansion, robust=True)
+        return give_up(deliveries.values_list("id", flat=True), reason)
 
 
 outbox = Outbox()

@@ -1,4 +1,4 @@
-"""The Django app configuration: registers the system checks."""
+"""The Django app configuration: registers the system checks and the Celery tasks."""
 
 from __future__ import annotations
 
@@ -13,4 +13,5 @@ class OutboxConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_outbox import checks  # noqa: F401 - registers the checks
+        """Register the checks, and the tasks with Celery even without autodiscovery."""
+        from django_outbox import checks, tasks  # noqa: F401

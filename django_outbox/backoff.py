@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django_outbox.conf import conf
+from django_outbox.outcomes import AttemptResult, Outcome
 
 
 def schedule_delay(attempts: int) -> float:
@@ -68,3 +69,21 @@ def held_until(now: datetime, hold: float, deadline: datetime | None) -> Decisio
     if deadline is not None and retry_at >= deadline:
         return Decision(None, "the batch's deadline passed while the host's breaker was open", True)
     return Decision(retry_at)
+
+
+def decide(outcome: Outcome, now: datetime) -> Decision:
+    """When the delivery of a failed, held, released or expired ``outcome`` is tried next."""
+    deadline = outcome.message.deadline
+    if outcome.result is AttemptResult.EXPIRED:
+        return Decision(None, "the batch's deadline passed before it was sent", True)
+    if outcome.result is AttemptResult.HELD:
+        return held_until(now, outcome.held_for or 0.0, deadline)
+    if outcome.result is AttemptResult.RELEASED:
+        return Decision(now)
+    return next_attempt(
+        now=now,
+        attempts=outcome.row.attempts,
+        max_attempts=outcome.message.max_attempts,
+        deadline=deadline,
+        asked=outcome.retry_after,
+    )

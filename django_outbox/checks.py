@@ -7,10 +7,10 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from django_outbox.addresses import parse_networks
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
-from django_outbox.signing import Scheme
+from django_outbox.signing.http import Scheme
+from django_outbox.transport.addresses import parse_networks
 
 _POSITIVE = (
     "MAX_BODY_BYTES",
@@ -43,10 +43,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_outbox.E002",
             )
         )
-    if conf.BREAKER_SCOPE not in ("host", "inbox"):
-        errors.append(
-            Error("OUTBOX_BREAKER_SCOPE must be 'host' or 'inbox'.", id="django_outbox.E003")
-        )
+    try:
+        conf.BREAKER_SCOPE  # noqa: B018 - reading it is the check
+    except OutboxConfigurationError as error:
+        errors.append(Error(str(error), id="django_outbox.E003"))
     try:
         parse_networks(conf.ALLOWED_NETWORKS)
     except ValueError as error:

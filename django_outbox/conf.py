@@ -8,12 +8,14 @@ read at import time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast, get_args
 
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from django_outbox.breakers.policy import BreakerScope
 from django_outbox.exceptions import OutboxConfigurationError
+from django_outbox.keys import KeyResolver
 
 MiB = 1 << 20
 
@@ -39,15 +41,21 @@ class Settings:
     """The package's settings; see ``docs/configuration.md`` for each one."""
 
     @property
-    def KEY_RESOLVER(self) -> Callable[..., Any]:
-        """Dotted path to the application's key resolver (required)."""
+    def KEY_RESOLVER(self) -> KeyResolver:
+        """The application's key resolver (required): actor id -> SenderKey or None."""
         resolver = _callable("OUTBOX_KEY_RESOLVER", None)
         if resolver is None:
             raise OutboxConfigurationError(
                 "OUTBOX_KEY_RESOLVER is not set: name the callable that returns a "
                 "django_outbox.keys.SenderKey for an actor."
             )
-        return resolver
+        return cast(KeyResolver, resolver)
+
+    @property
+    def SENDER_GONE(self) -> Callable[[str], bool] | None:
+        """The key resolver's optional ``gone(actor_id)``: has the sender gone for good?"""
+        gone = getattr(self.KEY_RESOLVER, "gone", None)
+        return gone if callable(gone) else None
 
     @property
     def MAX_BODY_BYTES(self) -> int:
@@ -238,9 +246,14 @@ class Settings:
         return float(_get("OUTBOX_BREAKER_COOL_OFF", 60.0))
 
     @property
-    def BREAKER_SCOPE(self) -> str:
+    def BREAKER_SCOPE(self) -> BreakerScope:
         """``"host"`` (default) or ``"inbox"``: what one breaker is kept for."""
-        return str(_get("OUTBOX_BREAKER_SCOPE", "host"))
+        scope = _get("OUTBOX_BREAKER_SCOPE", "host")
+        if scope not in get_args(BreakerScope):
+            raise OutboxConfigurationError(
+                f"OUTBOX_BREAKER_SCOPE must be 'host' or 'inbox', not {scope!r}."
+            )
+        return cast(BreakerScope, scope)
 
     @property
     def BREAKER_CACHE(self) -> str | None:

@@ -1,25 +1,34 @@
-"""Publishing delivery ids to Celery: the only place that talks to the broker.
+"""Publishing work to Celery: the only module that talks to the broker.
 
-A Celery message carries up to ``OUTBOX_CHUNK_SIZE`` delivery ids of one lane.
-A whole dispatch shares one producer connection, so a fan-out of thousands
-costs a few dozen publishes, not thousands of connections.  When the broker
-cannot be reached the rows are marked undispatched and the sweeper sends them
-once it can: the database, not the broker, is what must not lose them.
+A ``deliver`` message carries up to ``OUTBOX_CHUNK_SIZE`` delivery ids of one
+lane, and a whole dispatch shares one producer connection, so a fan-out of
+thousands costs a few dozen publishes.  Tasks are sent by name on the current
+Celery app: this module does not import the tasks, which import the worker,
+which publishes through here.  When the broker cannot be reached the rows are
+marked undispatched and the sweeper sends them once it can: the database, not
+the broker, is what must not lose them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from typing import Any
+from datetime import timedelta
 
+from celery import current_app
+from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.conf import conf
-from django_outbox.models import Delivery
+from django_outbox.models import Delivery, DeliveryState, locked
+from django_outbox.store.queries import STEP, Lanes, by_lane
 
 logger = logging.getLogger("django_outbox.dispatch")
+
+DELIVER = "django_outbox.deliver"
+EXPAND = "django_outbox.expand"
+SWEEP = "django_outbox.sweep"
 
 
 def chunked(ids: Sequence[int], size: int) -> Iterable[list[int]]:
@@ -28,48 +37,97 @@ def chunked(ids: Sequence[int], size: int) -> Iterable[list[int]]:
         yield list(ids[start : start + size])
 
 
-def publish(lanes: dict[str, list[int]], countdown: float | None = None) -> bool:
+def publish(lanes: Lanes, countdown: float | None = None) -> bool:
     """Send ``deliver`` messages for the ids of each lane; False if the broker failed.
 
-    On failure the rows are marked undispatched, so that the sweeper picks
-    them up on its next pass rather than after ``OUTBOX_REDISPATCH_AFTER``.
+    On failure the rows not published are marked undispatched, so that the
+    sweeper picks them up on its next pass rather than after
+    ``OUTBOX_REDISPATCH_AFTER``.
     """
-    from django_outbox.tasks import deliver
-
+    if not any(lanes.values()):
+        return True
     size = conf.CHUNK_SIZE
-    sent: list[int] = []
+    sent: set[int] = set()
+    app = current_app
     try:
-        with deliver.app.producer_or_acquire() as producer:
+        with app.producer_or_acquire() as producer:
             for lane, ids in lanes.items():
                 for chunk in chunked(ids, size):
-                    options: dict[str, Any] = {"countdown": countdown} if countdown else {}
-                    deliver.apply_async((chunk,), queue=lane, producer=producer, **options)
-                    sent.extend(chunk)
+                    app.send_task(
+                        DELIVER, (chunk,), queue=lane, producer=producer, countdown=countdown
+                    )
+                    sent.update(chunk)
     except Exception:
-        published = set(sent)
-        unsent = [i for ids in lanes.values() for i in ids if i not in published]
+        unsent = [pk for ids in lanes.values() for pk in ids if pk not in sent]
         logger.warning(
             "could not publish %d deliveries; the sweeper will send them",
             len(unsent),
             exc_info=True,
         )
-        Delivery.objects.filter(id__in=unsent, dispatched_at__isnull=False).update(
-            dispatched_at=None
+        forget_dispatch(unsent)
+        return False
+    return True
+
+
+def publish_on_commit(lanes: Lanes) -> None:
+    """:func:`publish` ``lanes`` once the current transaction commits."""
+
+    def publish_deliveries() -> None:
+        publish(lanes)
+
+    if any(lanes.values()):
+        transaction.on_commit(publish_deliveries, robust=True)
+
+
+def start_expansion(message_id: int, lane: str) -> bool:
+    """Publish the task that writes the rows of a large fan-out; False if the broker failed.
+
+    On failure the message keeps its inbox list, and the sweeper starts the
+    expansion after ``OUTBOX_REDISPATCH_AFTER``.
+    """
+    try:
+        current_app.send_task(EXPAND, (message_id,), queue=lane)
+    except Exception:
+        logger.warning(
+            "could not publish the expansion of message %s; the sweeper will",
+            message_id,
+            exc_info=True,
         )
         return False
     return True
 
 
-def publish_rows(rows: Iterable[tuple[int, str]], countdown: float | None = None) -> bool:
-    """:func:`publish` for ``(id, lane)`` pairs."""
-    lanes: dict[str, list[int]] = defaultdict(list)
-    for delivery_id, lane in rows:
-        lanes[lane].append(delivery_id)
-    return publish(dict(lanes), countdown)
+def start_expansion_on_commit(message_id: int, lane: str) -> None:
+    """:func:`start_expansion` once the current transaction commits."""
+
+    def start_expansion_of_message() -> None:
+        start_expansion(message_id, lane)
+
+    transaction.on_commit(start_expansion_of_message, robust=True)
 
 
-def mark_and_publish(ids_by_lane: dict[str, list[int]], countdown: float | None = None) -> bool:
-    """Record that the rows are dispatched now, then publish them."""
-    ids = [i for lane_ids in ids_by_lane.values() for i in lane_ids]
-    Delivery.objects.filter(id__in=ids).update(dispatched_at=timezone.now())
-    return publish(ids_by_lane, countdown)
+def take_undispatched() -> Lanes:
+    """Due deliveries with no Celery message, or whose message was lost, marked dispatched.
+
+    ``dispatched_at`` is this module's: when a Celery message was last published
+    for the row, or ``None`` when none is known to be on its way.
+    """
+    now = timezone.now()
+    lost = now - timedelta(seconds=conf.REDISPATCH_AFTER)
+    with transaction.atomic():
+        rows = list(
+            locked(
+                Delivery.objects.filter(state=DeliveryState.QUEUED, next_attempt_at__lte=now)
+                .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=lost))
+                .order_by("next_attempt_at")
+            ).values_list("id", "lane")[:STEP]
+        )
+        Delivery.objects.filter(id__in=[pk for pk, _ in rows]).update(dispatched_at=now)
+    return by_lane(rows)
+
+
+def forget_dispatch(ids: Iterable[int]) -> None:
+    """Mark deliveries whose Celery message could not be published as undispatched."""
+    Delivery.objects.filter(id__in=list(ids), dispatched_at__isnull=False).update(
+        dispatched_at=None
+    )

@@ -1,4 +1,4 @@
-"""Writing delivery rows for a message, in the caller's transaction or a worker's.
+"""Writing the delivery rows of a send, in the caller's transaction or a worker's.
 
 Small sends write their rows inside ``outbox.send``; a large fan-out stores
 its inbox list on the message and a worker expands it here in slices, each
@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from django.db import connection, transaction
-from django.db.models import Exists, OuterRef
-from django.utils import timezone
+from django.db import transaction
 
-from django_outbox._pg_rows import insert_deliveries
 from django_outbox.conf import conf
-from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Lane, Message
-from django_outbox.validation import inbox_host
+from django_outbox.dispatch import publish, publish_on_commit
+from django_outbox.models import Delivery, Lane, Message
+from django_outbox.store.transitions import create_deliveries, promote_freed
 
 FIRST_SLICE = 500
 SLICE = 5000
@@ -32,95 +30,25 @@ def choose_lane(inbox_count: int, low_priority: bool) -> str:
     return Lane.DEFAULT.value
 
 
-def _waiting_inboxes(message: Message, inboxes: Sequence[str]) -> set[str]:
-    """Inboxes that still have a live delivery sent earlier with the same ordering key."""
-    if not message.ordering_key:
-        return set()
-    if connection.vendor == "postgresql":
-        # Sends with one key take turns until they commit, so that each sees
-        # the rows of the one before it (SQLite writers take turns anyway).
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [message.ordering_key])
-    return set(
-        Delivery.objects.filter(
-            ordering_key=message.ordering_key,
-            inbox__in=inboxes,
-            state__in=LIVE_STATES,
-            message_id__lt=message.pk,
-        ).values_list("inbox", flat=True)
-    )
-
-
-def create_deliveries(
+def write_deliveries(
     message: Message, inboxes: Sequence[str], via: Mapping[str, list[str]] | None = None
-) -> dict[str, list[int]]:
-    """Insert one delivery per inbox and return the ids to dispatch, by lane.
+) -> None:
+    """Insert a delivery per inbox; publish the queued ones once the transaction commits.
 
-    Deliveries that must wait for an earlier one with the same ordering key
-    are written as ``waiting`` and not returned: they are dispatched when the
-    one before them finishes.
+    Deliveries that wait behind an earlier one with their ordering key are
+    looked at again on commit: the worker that finishes the earlier one looks
+    for its successor right after saving, and found none if these rows were not
+    committed yet.
     """
-    now = timezone.now()
-    via = via or {}
-    waiting = _waiting_inboxes(message, inboxes)
-    vias = [via.get(inbox, []) for inbox in inboxes]
-    hosts = [
-        inbox_host(gateways[0] if gateways else inbox)
-        for inbox, gateways in zip(inboxes, vias, strict=True)
-    ]
-    if connection.vendor == "postgresql":
-        queued = insert_deliveries(message, inboxes, hosts, vias, waiting, now)
-    else:
-        rows = [
-            Delivery(
-                message=message,
-                inbox=inbox,
-                host=host,
-                via=gateways,
-                lane=message.lane,
-                ordering_key=message.ordering_key,
-                state=DeliveryState.WAITING if inbox in waiting else DeliveryState.QUEUED,
-                next_attempt_at=now,
-                dispatched_at=None if inbox in waiting else now,
-                created_at=now,
-            )
-            for inbox, host, gateways in zip(inboxes, hosts, vias, strict=True)
-        ]
-        Delivery.objects.bulk_create(rows, batch_size=2000)
-        queued = [row.pk for row in rows if row.state == DeliveryState.QUEUED]
+    queued, waiting = create_deliveries(message, inboxes, via)
+    publish_on_commit(queued)
     if waiting:
-        _promote_freed_on_commit(message.pk, message.ordering_key)
-    return {message.lane: queued} if queued else {}
+        message_id, key = message.pk, message.ordering_key
 
+        def promote_freed_deliveries() -> None:
+            publish(promote_freed(message_id, key))
 
-def _promote_freed_on_commit(message_id: int, ordering_key: str) -> None:
-    """Once the rows commit, queue those whose earlier delivery finished meanwhile.
-
-    The worker that finishes the earlier delivery looks for its successor
-    right after saving; if this transaction had not committed by then, it
-    found none, and without this the new row would wait for the sweeper.
-    """
-
-    def promote_freed() -> None:
-        from django_outbox.dispatch import publish
-        from django_outbox.ordering import promote_successors
-
-        earlier_live = Delivery.objects.filter(
-            ordering_key=ordering_key,
-            inbox=OuterRef("inbox"),
-            state__in=LIVE_STATES,
-            message_id__lt=message_id,
-        )
-        freed = Delivery.objects.filter(message_id=message_id, state=DeliveryState.WAITING).filter(
-            ~Exists(earlier_live)
-        )
-        promoted = promote_successors(
-            (ordering_key, inbox) for inbox in freed.values_list("inbox", flat=True)
-        )
-        if promoted:
-            publish(promoted)
-
-    transaction.on_commit(promote_freed, robust=True)
+        transaction.on_commit(promote_freed_deliveries, robust=True)
 
 
 def expand(message_id: int) -> int:
@@ -129,8 +57,6 @@ def expand(message_id: int) -> int:
     Safe to run again after a crash: inboxes that already have a row are
     skipped, and the list is cleared only once every slice is written.
     """
-    from django_outbox.dispatch import publish
-
     message = Message.objects.filter(pk=message_id).first()
     if message is None or not message.pending_inboxes:
         return 0
@@ -141,8 +67,7 @@ def expand(message_id: int) -> int:
     while written < len(todo):
         part = todo[written : written + size]
         with transaction.atomic():
-            ids = create_deliveries(message, part)
-        publish(ids)
+            write_deliveries(message, part)
         written += len(part)
         size = SLICE
     Message.objects.filter(pk=message_id).update(pending_inboxes="")

@@ -1,4 +1,4 @@
-"""Destination health: circuit breakers as configured, failure days, unavailable hosts.
+"""Destination health: failure days and unavailable hosts.
 
 Like Mastodon, a host that has failed on ``OUTBOX_UNAVAILABLE_AFTER_DAYS``
 (7) distinct days with no success in between is marked unavailable, and
@@ -19,31 +19,11 @@ from collections.abc import Iterable
 from django.db.models import F
 from django.utils import timezone
 
-from django_outbox.breakers import BreakerPolicy, BreakerStore, MemoryBreakerStore
 from django_outbox.conf import conf
 from django_outbox.models import Host
-from django_outbox.redis_breakers import redis_store_for_cache
 
 _unavailable: tuple[frozenset[str], float] = (frozenset(), 0.0)
 _lock = threading.Lock()
-
-
-def breaker_store() -> BreakerStore:
-    """A new breaker store as the settings ask: shared in Redis, or this process's memory."""
-    alias = conf.BREAKER_CACHE
-    return redis_store_for_cache(alias) if alias else MemoryBreakerStore()
-
-
-def breaker_policy() -> BreakerPolicy | None:
-    """The configured breaker policy, or ``None`` when breakers are off (threshold 0)."""
-    if conf.BREAKER_THRESHOLD <= 0:
-        return None
-    return BreakerPolicy(
-        threshold=conf.BREAKER_THRESHOLD,
-        cool_off=conf.BREAKER_COOL_OFF,
-        # Two knocks of the whole time budget, as a worker's lease allows for.
-        answer_within=2 * conf.TOTAL_TIMEOUT + 10,
-    )
 
 
 def skip_unless_follow(inbox: str, activity_type: str) -> bool:

@@ -22,6 +22,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
@@ -35,6 +36,7 @@ __all__ = [
     "PARSED_KEY_CACHE_SIZE",
     "VALIDATED_KEY_MEMORY",
     "InvalidSigningKey",
+    "KeyResolver",
     "PrivateKey",
     "SenderKey",
     "generate_ed25519_pem",
@@ -70,6 +72,19 @@ class SenderKey:
 
     key_id: str
     private_key_pem: str = field(repr=False)
+
+
+class KeyResolver(Protocol):
+    """The application's ``OUTBOX_KEY_RESOLVER``: the signing key of an actor, or None.
+
+    It may also have a ``gone(actor_id) -> bool`` attribute, asked after the
+    statuses in ``OUTBOX_SENDER_GONE_STATUSES``: a sender that is gone for good
+    has its deliveries refused rather than retried.
+    """
+
+    def __call__(self, actor_id: str, /) -> SenderKey | None:
+        """The key ``actor_id`` signs with, or ``None`` if it has none."""
+        ...
 
 
 _validated: OrderedDict[bytes, None] = OrderedDict()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from django_outbox.store.claimed import ClaimedRow, MessageData
+
 
 def permanent_status(status: int) -> bool:
     """The default ``OUTBOX_PERMANENT_STATUS``: 501, and any 4xx but 401, 408 and 429.
@@ -25,7 +27,7 @@ def server_failed(status: int | None) -> bool:
     return status is None or status >= 500 or status in (408, 429)
 
 
-class Kind(StrEnum):
+class AttemptResult(StrEnum):
     """How an attempt ended, which decides the row's next state."""
 
     DELIVERED = "delivered"
@@ -37,17 +39,24 @@ class Kind(StrEnum):
     EXPIRED = "expired"
 
 
+#: Results of claims that sent nothing, whose attempt is given back.
+UNSPENT_RESULTS = frozenset(
+    (AttemptResult.HELD, AttemptResult.EXPIRED, AttemptResult.RELEASED, AttemptResult.SKIPPED)
+)
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The result of one attempt at one claimed delivery.
 
+    ``row`` and ``message`` are what the claim returned and what was sent;
     ``retry_after`` is what the server asked with ``Retry-After`` and
     ``held_for`` how long an open breaker asks to wait, both in seconds.
     """
 
-    delivery_id: int
-    token: str
-    kind: Kind
+    row: ClaimedRow
+    message: MessageData
+    result: AttemptResult
     status: int | None = None
     error: str = ""
     retry_after: float | None = None

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import redis
 
 from django_outbox.breakers import BreakerPolicy, BreakerStore
-from django_outbox.redis_breakers import RedisBreakerStore
+from django_outbox.breakers.redis_store import RedisBreakerStore
 
 POLICY = BreakerPolicy(threshold=2, cool_off=0.1)
 KEY = "inbox:https://remote.example/inbox"

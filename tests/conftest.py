@@ -141,7 +141,7 @@ def _clean_redis_state() -> None:
     """Forget breakers and remembered schemes between tests."""
     import redis
 
-    from django_outbox.schemes import forget_local
+    from django_outbox.signing.schemes import forget_local
 
     client = redis.Redis.from_url(os.environ["REDIS_URL"])
     for pattern in ("outbox:breaker:*", "*django_outbox:scheme:*"):

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from django_outbox.addresses import (
+from django_outbox.transport.addresses import (
     BlockedAddress,
     ResolveError,
     is_blocked,

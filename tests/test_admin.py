@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from django_outbox import outbox
 from django_outbox.breakers import BreakerPolicy
-from django_outbox.hosts import breaker_store
+from django_outbox.breakers.configured import configured_store
 from django_outbox.models import Delivery, DeliveryState, Host
 from testproject.demo.keys import ACTOR
 
@@ -86,7 +86,7 @@ def test_hosts_can_be_marked_available(staff: Client) -> None:
 
 
 def test_open_breakers_are_listed_and_reset(staff: Client) -> None:
-    store = breaker_store()
+    store = configured_store()
     policy = BreakerPolicy(threshold=1, cool_off=60)
     store.record("host:dead.example", policy, failed=True, admission=None)
     url = reverse("admin:django_outbox_breakers")

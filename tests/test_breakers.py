@@ -8,13 +8,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from django_outbox import breakers
 from django_outbox.breakers import (
     BreakerPolicy,
     BreakerStore,
     MemoryBreakerStore,
     breaker_key,
+    memory,
 )
+from django_outbox.breakers.policy import BUSY_WAIT
 from django_outbox.exceptions import OutboxConfigurationError
 from tests.breaker_helpers import (
     COOLED,
@@ -127,7 +128,7 @@ def test_a_silent_destination_gets_at_most_threshold_requests(store: BreakerStor
     assert len(sent) == policy.threshold, "no more than the threshold await an answer"
     busy = answers[policy.threshold]
     assert (busy.kind, busy.why) == ("held", "busy")
-    assert busy.retry_in == breakers.BUSY_WAIT, "nothing failed yet: look again soon"
+    assert busy.retry_in == BUSY_WAIT, "nothing failed yet: look again soon"
     for admission in sent:
         store.record(KEY, policy, failed=True, admission=admission)
     assert store.admit(KEY, policy).why == "open"
@@ -194,7 +195,7 @@ def test_memory_store_stays_bounded() -> None:
 
 def test_memory_store_forgets_idle_breakers(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
-    monkeypatch.setattr(breakers, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr(memory, "time", SimpleNamespace(monotonic=lambda: now[0]))
     store = MemoryBreakerStore()
     once = BreakerPolicy(threshold=1, cool_off=60)
     store.record("host:old.example", once, failed=True, admission=None)

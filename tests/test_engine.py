@@ -6,7 +6,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from django_outbox.engine import Engine
+from django_outbox.worker.engine import Engine
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import pytest
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from django_outbox.fanout import create_deliveries
 from django_outbox.models import Delivery, DeliveryState, Lane, Message
+from django_outbox.store.transitions import create_deliveries
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -42,7 +42,7 @@ def _rows(message: Message) -> dict[str, dict[str, Any]]:
 
 def test_rows_equal_those_of_bulk_create() -> None:
     fast = _message()
-    ids = create_deliveries(fast, INBOXES, VIA)
+    ids, _ = create_deliveries(fast, INBOXES, VIA)
     slow = _message()
     now = timezone.now()
     Delivery.objects.bulk_create(
@@ -69,7 +69,8 @@ def test_rows_that_wait_for_an_earlier_send_are_written_waiting_and_not_returned
     first = _message("thread-1")
     create_deliveries(first, INBOXES[:2])
     second = _message("thread-1")
-    ids = create_deliveries(second, INBOXES)
+    ids, waiting_any = create_deliveries(second, INBOXES)
+    assert waiting_any
     rows = Delivery.objects.filter(message=second)
     waiting = rows.filter(state=DeliveryState.WAITING)
     assert sorted(waiting.values_list("inbox", flat=True)) == sorted(INBOXES[:2])

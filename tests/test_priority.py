@@ -59,7 +59,7 @@ def test_a_database_error_while_looking_for_priority_work_does_not_stop_the_hand
 ) -> None:
     from django.db import OperationalError
 
-    from django_outbox import worker
+    from django_outbox.worker import process as worker
 
     class FullOnce:
         """An engine with no room at first, then room for everything."""
@@ -84,14 +84,14 @@ def test_a_database_error_while_looking_for_priority_work_does_not_stop_the_hand
 
     monkeypatch.setattr(Delivery.objects, "filter", unreachable)
     engine = FullOnce()
-    jobs = [SimpleNamespace(claimed=SimpleNamespace(lane=Lane.DEFAULT)) for _ in range(3)]
+    jobs = [SimpleNamespace(row=SimpleNamespace(lane=Lane.DEFAULT)) for _ in range(3)]
     worker._hand_over(SimpleNamespace(engine=engine), jobs, wait=True)  # type: ignore[arg-type]
     assert engine.asked == 2, "it looked for priority work once, and it failed"
     assert engine.submitted == jobs
 
 
 def test_a_task_waits_for_room_only_so_long(monkeypatch: pytest.MonkeyPatch) -> None:
-    from django_outbox import worker
+    from django_outbox.worker import process as worker
 
     class NeverRoom:
         """An engine that has stopped making progress."""
@@ -111,8 +111,8 @@ def test_a_task_waits_for_room_only_so_long(monkeypatch: pytest.MonkeyPatch) -> 
             return []
 
     monkeypatch.setattr(worker, "_ROOM_WAIT_LIMIT", 0.2)
-    monkeypatch.setattr(worker, "_take_urgent", lambda: None)
+    monkeypatch.setattr(worker, "_urgent_jobs", lambda process: [])
     engine = NeverRoom()
-    jobs = [SimpleNamespace(claimed=SimpleNamespace(lane=Lane.DEFAULT)) for _ in range(3)]
+    jobs = [SimpleNamespace(row=SimpleNamespace(lane=Lane.DEFAULT)) for _ in range(3)]
     worker._hand_over(SimpleNamespace(engine=engine), jobs, wait=True)  # type: ignore[arg-type]
     assert engine.submitted == jobs, "handed over after the limit, not held for ever"

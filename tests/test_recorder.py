@@ -16,9 +16,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Host, Message
-from django_outbox.outcomes import Kind, Outcome
-from django_outbox.recorder import Recorder, apply_outcomes
+from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled
+from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.worker.recorder import Recorder, apply_outcomes
 from testproject.demo.keys import ACTOR
 
 SIGNALS = {"attempted": delivery_attempted, "settled": delivery_settled, "failed": delivery_failed}
@@ -55,8 +56,42 @@ def claimed(
     return Delivery.objects.bulk_create(rows)
 
 
+def outcome(
+    row: Delivery | int, result: AttemptResult, token: str = "t1", **details: Any
+) -> Outcome:
+    """The outcome of an attempt at ``row`` (or at a made-up delivery with that id)."""
+    if isinstance(row, int):
+        claimed_row = ClaimedRow(row, 0, "", "", [], "outbox", "", 1, token)
+        message = MessageData(0, ACTOR, b"{}", b"", "", None, "", False, 16)
+        return Outcome(claimed_row, message, result, **details)
+    parent = row.message
+    claimed_row = ClaimedRow(
+        row.pk,
+        parent.pk,
+        row.inbox,
+        row.host,
+        row.via,
+        row.lane,
+        row.ordering_key,
+        row.attempts,
+        token,
+    )
+    message = MessageData(
+        parent.pk,
+        parent.sender,
+        bytes(parent.body),
+        bytes(parent.body_sha256),
+        parent.content_type,
+        parent.deadline,
+        parent.activity_type,
+        parent.synchronize_collection,
+        parent.max_attempts,
+    )
+    return Outcome(claimed_row, message, result, **details)
+
+
 def delivered(row: Delivery, token: str = "t1") -> Outcome:
-    return Outcome(row.pk, token, Kind.DELIVERED, status=202)
+    return outcome(row, AttemptResult.DELIVERED, token, status=202)
 
 
 def updates(queries: CaptureQueriesContext) -> list[str]:
@@ -77,14 +112,14 @@ class _Saved:
         self.event = threading.Event()
 
     def __call__(self, batch: list[Outcome]) -> Any:
-        self.batches.append([o.delivery_id for o in batch])
+        self.batches.append([o.row.id for o in batch])
         self.times.append(time.monotonic())
         self.event.set()
         return mock.Mock()
 
 
 def recorder(saved: _Saved, **limits: float) -> Recorder:
-    patcher = mock.patch("django_outbox.recorder.apply_outcomes", saved)
+    patcher = mock.patch("django_outbox.worker.recorder.apply_outcomes", saved)
     patcher.start()
     made = Recorder()
     for name, value in limits.items():
@@ -103,7 +138,7 @@ def test_outcomes_put_within_the_window_are_saved_in_one_batch(saved: _Saved) ->
     """Gaps of 20 ms, ten times the old 2 ms cut-off, do not split a batch."""
     rec = recorder(saved, WINDOW=30.0)
     for i in range(5):
-        rec.put(Outcome(i, "t", Kind.DELIVERED))
+        rec.put(outcome(i, AttemptResult.DELIVERED, "t"))
         time.sleep(0.02)
     assert not saved.batches  # still gathering
     assert rec.flush(5)
@@ -113,7 +148,7 @@ def test_outcomes_put_within_the_window_are_saved_in_one_batch(saved: _Saved) ->
 def test_a_lone_outcome_waits_no_longer_than_the_window(saved: _Saved) -> None:
     rec = recorder(saved, WINDOW=0.05)
     put_at = time.monotonic()
-    rec.put(Outcome(1, "t", Kind.DELIVERED))
+    rec.put(outcome(1, AttemptResult.DELIVERED, "t"))
     assert saved.event.wait(5)
     assert 0.04 <= saved.times[0] - put_at < 1.0
 
@@ -121,14 +156,14 @@ def test_a_lone_outcome_waits_no_longer_than_the_window(saved: _Saved) -> None:
 def test_a_batch_stops_at_batch_outcomes(saved: _Saved) -> None:
     rec = recorder(saved, WINDOW=0.5, BATCH=3)
     for i in range(7):
-        rec.put(Outcome(i, "t", Kind.DELIVERED))
+        rec.put(outcome(i, AttemptResult.DELIVERED, "t"))
     assert rec.flush(5)
     assert saved.batches == [[0, 1, 2], [3, 4, 5], [6]]
 
 
 def test_flush_cuts_the_window_short(saved: _Saved) -> None:
     rec = recorder(saved, WINDOW=30.0)
-    rec.put(Outcome(1, "t", Kind.DELIVERED))
+    rec.put(outcome(1, AttemptResult.DELIVERED, "t"))
     time.sleep(0.05)  # the recorder is waiting for more
     started = time.monotonic()
     assert rec.flush(5)
@@ -136,9 +171,9 @@ def test_flush_cuts_the_window_short(saved: _Saved) -> None:
     assert saved.batches == [[1]]
     assert rec.flush(0.1)  # nothing pending: at once
     # After a flush, a new batch gathers for the whole window again.
-    rec.put(Outcome(2, "t", Kind.DELIVERED))
+    rec.put(outcome(2, AttemptResult.DELIVERED, "t"))
     time.sleep(0.1)
-    rec.put(Outcome(3, "t", Kind.DELIVERED))
+    rec.put(outcome(3, AttemptResult.DELIVERED, "t"))
     time.sleep(0.1)
     assert saved.batches == [[1]]
     assert rec.flush(5)
@@ -153,8 +188,8 @@ def test_flush_returns_false_when_saving_outlasts_the_timeout(saved: _Saved) -> 
         return saved(batch)
 
     rec = recorder(saved)
-    mock.patch("django_outbox.recorder.apply_outcomes", slow).start()
-    rec.put(Outcome(1, "t", Kind.DELIVERED))
+    mock.patch("django_outbox.worker.recorder.apply_outcomes", slow).start()
+    rec.put(outcome(1, AttemptResult.DELIVERED, "t"))
     assert not rec.flush(0.1)
     release.set()
     assert rec.flush(5)
@@ -166,7 +201,7 @@ def test_flush_returns_false_when_saving_outlasts_the_timeout(saved: _Saved) -> 
 @pytest.mark.django_db
 def test_one_update_saves_outcomes_of_several_claims_and_skips_a_stale_one() -> None:
     first, second = claimed(2, token="t1"), claimed(2, token="t2")
-    stale = Outcome(second[1].pk, "lost", Kind.DELIVERED, status=202)
+    stale = outcome(second[1], AttemptResult.DELIVERED, "lost", status=202)
     outcomes = [delivered(first[0]), delivered(first[1]), delivered(second[0], "t2"), stale]
     with CaptureQueriesContext(connection) as queries:
         apply_outcomes(outcomes)
@@ -181,7 +216,7 @@ def test_one_update_saves_outcomes_of_several_claims_and_skips_a_stale_one() -> 
 @pytest.mark.django_db
 def test_retries_keep_each_their_own_time_in_one_update() -> None:
     rows = claimed(3)
-    outcomes = [Outcome(r.pk, "t1", Kind.RETRY, status=503, error="HTTP 503") for r in rows]
+    outcomes = [outcome(r, AttemptResult.RETRY, "t1", status=503, error="HTTP 503") for r in rows]
     with (
         mock.patch("django_outbox.backoff.jittered", side_effect=[30.0, 40.0, 50.0]),
         CaptureQueriesContext(connection) as queries,
@@ -202,7 +237,7 @@ def test_retries_keep_each_their_own_time_in_one_update() -> None:
 @pytest.mark.django_db
 def test_a_second_outcome_for_one_delivery_in_a_batch_is_ignored() -> None:
     (row,) = claimed(1)
-    retry = Outcome(row.pk, "t1", Kind.RETRY, status=500)
+    retry = outcome(row, AttemptResult.RETRY, "t1", status=500)
     apply_outcomes([delivered(row), retry])
     saved = Delivery.objects.get()
     assert (saved.state, saved.last_status) == ("delivered", 202)
@@ -237,10 +272,10 @@ def test_receivers_get_every_documented_argument() -> None:
     ok, gone, last, held, released = claimed(5, tag="tagged", max_attempts=1)
     outcomes = [
         delivered(ok),
-        Outcome(gone.pk, "t1", Kind.REFUSED, status=410, error="HTTP 410"),
-        Outcome(last.pk, "t1", Kind.RETRY, status=503, error="HTTP 503"),
-        Outcome(held.pk, "t1", Kind.HELD, held_for=5.0, error="breaker open"),
-        Outcome(released.pk, "t1", Kind.RELEASED, error="released"),
+        outcome(gone, AttemptResult.REFUSED, "t1", status=410, error="HTTP 410"),
+        outcome(last, AttemptResult.RETRY, "t1", status=503, error="HTTP 503"),
+        outcome(held, AttemptResult.HELD, "t1", held_for=5.0, error="breaker open"),
+        outcome(released, AttemptResult.RELEASED, "t1", error="released"),
     ]
     seen, connected = receivers_log()
     try:
@@ -292,7 +327,7 @@ def test_receivers_get_every_documented_argument() -> None:
 @pytest.mark.django_db
 def test_without_receivers_no_row_is_loaded_for_signals() -> None:
     rows = claimed(3)
-    with mock.patch("django_outbox._signal_args.full_rows") as full_rows:
+    with mock.patch("django_outbox.notify.full_rows") as full_rows:
         apply_outcomes([delivered(r) for r in rows])
     full_rows.assert_not_called()
     assert set(Delivery.objects.values_list("state", flat=True)) == {"delivered"}
@@ -303,8 +338,8 @@ def test_a_failed_receiver_alone_loads_only_the_failed_rows() -> None:
     ok, gone = claimed(2)
     delivery_failed.connect(lambda sender, **kw: None, weak=False, dispatch_uid="test-failed")
     try:
-        with mock.patch("django_outbox._signal_args.full_rows", wraps=lambda ids: {}) as full_rows:
-            apply_outcomes([delivered(ok), Outcome(gone.pk, "t1", Kind.REFUSED, status=410)])
+        with mock.patch("django_outbox.notify.full_rows", wraps=lambda ids: {}) as full_rows:
+            apply_outcomes([delivered(ok), outcome(gone, AttemptResult.REFUSED, "t1", status=410)])
     finally:
         delivery_failed.disconnect(dispatch_uid="test-failed")
     full_rows.assert_called_once_with([gone.pk])
@@ -333,8 +368,8 @@ def test_a_success_clears_a_host_row_another_connection_wrote(receiver: bool) ->
         with CaptureQueriesContext(connection) as queries:
             apply_outcomes([delivered(healthy[0])])
         deletes = [q for q in queries.captured_queries if q["sql"].startswith("DELETE")]
-        # Without receivers, a batch of healthy hosts only reads whether they fail.
-        assert len(deletes) == (1 if receiver else 0)
+        # A batch of healthy hosts only reads whether they fail, receivers or not.
+        assert not deletes
         assert Host.objects.filter(name="bad.example").exists()
         apply_outcomes([delivered(failing[0])])
     finally:

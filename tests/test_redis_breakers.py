@@ -13,10 +13,10 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_outbox import redis_breakers
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStoreUnavailable
+from django_outbox.breakers import redis_store as redis_breakers
+from django_outbox.breakers.redis_store import RedisBreakerStore, redis_store_for_cache
 from django_outbox.exceptions import OutboxError
-from django_outbox.redis_breakers import RedisBreakerStore, redis_store_for_cache
 from tests.breaker_helpers import (
     KEY,
     POLICY,

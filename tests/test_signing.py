@@ -26,10 +26,17 @@ from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed25519, rsa
 from httpsig.utils import parse_signature_header
 from httpsig.verify import HeaderVerifier
 
-from django_outbox import keys, signing
+from django_outbox import keys
 from django_outbox.exceptions import OutboxError
 from django_outbox.keys import InvalidSigningKey, SenderKey, load_private_key, public_pem
-from django_outbox.signing import CAVAGE_COVERED, RFC9421_COVERED, Scheme, SigningError, other
+from django_outbox.signing import (
+    CAVAGE_COVERED,
+    RFC9421_COVERED,
+    Scheme,
+    SigningError,
+    fallback_scheme,
+)
+from django_outbox.signing import http as signing
 
 KEY_ID = "https://example.com/users/alice#main-key"
 PATH = "/users/bob/inbox?page=2&x=%2F"
@@ -410,8 +417,8 @@ def test_bad_input_raises_signing_error(ed_pem: str, scheme: Any, overrides: Any
 
 def test_scheme_values_and_other() -> None:
     assert issubclass(SigningError, OutboxError)
-    assert other(Scheme.CAVAGE) is Scheme.RFC9421
-    assert other(Scheme.RFC9421) is Scheme.CAVAGE
+    assert fallback_scheme(Scheme.CAVAGE) is Scheme.RFC9421
+    assert fallback_scheme(Scheme.RFC9421) is Scheme.CAVAGE
     assert (Scheme("draft-cavage"), str(Scheme.RFC9421)) == (Scheme.CAVAGE, "rfc9421")
     plain: Any = "rfc9421"  # a setting's value, not yet a Scheme
     assert sign(plain, keys.generate_ed25519_pem())["Signature"].startswith("sig1=:")

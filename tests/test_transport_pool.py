@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from django_outbox._transport_pool import watchdog
 from django_outbox.transport import TimedOut, Transport
+from django_outbox.transport.pool import watchdog
 from testproject.inbox_servers import Behaviour, InboxServer
 
 JSON = {"Content-Type": "application/activity+json"}

@@ -15,7 +15,7 @@ import ipaddress
 import socket
 from collections.abc import Callable, Iterable, Sequence
 
-from django_outbox.exceptions import OutboxError
+from django_outbox.transport.errors import BlockedAddress, ResolveError
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -23,26 +23,6 @@ Resolver = Callable[[str, int], Sequence[str]]
 
 # IPv6 prefixes that carry an IPv4 address a gateway would forward to.
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-
-
-class TransportError(OutboxError):
-    """A delivery request failed before a complete HTTP response arrived.
-
-    It is defined here because the address errors below belong to the same family;
-    :mod:`django_outbox.transport` re-exports it.  ``str(error)`` is a short message
-    fit for a ``last_error`` column.
-    """
-
-
-class BlockedAddress(TransportError):
-    """The host resolves to an address deliveries must not reach (loopback, private...).
-
-    Retrying does not help unless DNS changes, so callers may treat it as permanent.
-    """
-
-
-class ResolveError(TransportError):
-    """The host name could not be resolved to any address."""
 
 
 def parse_networks(values: Iterable[str]) -> tuple[IPNetwork, ...]:

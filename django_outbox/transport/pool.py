@@ -1,6 +1,6 @@
-"""Connection machinery behind :mod:`django_outbox.transport`: deadlines and pinned pools.
+"""Connection machinery behind the transport client: deadlines and pinned pools.
 
-Private to the transport.  Two things live here:
+Two things live here:
 
 * the **watchdog**, one daemon thread per process that shuts down the socket of any
   request still running past its deadline: a blocked recv/send wakes with EOF or EPIPE.
@@ -31,11 +31,10 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from requests.adapters import HTTPAdapter
-from requests.models import PreparedRequest
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError
@@ -261,12 +260,6 @@ def shared_ssl_context(ca_bundle: str | None) -> ssl.SSLContext:
     return context
 
 
-class PinnedRequest(PreparedRequest):
-    """A prepared request that carries the vetted address it must be sent to."""
-
-    pin: tuple[str, str, int, str]  # scheme, IP, port, host name
-
-
 class _Memo:
     """A pinned address's pool key and context, and its pool (weakly) until ``until``."""
 
@@ -284,8 +277,7 @@ class PinningAdapter(HTTPAdapter):
     Pools are keyed by (scheme, IP, port, host name): ``server_hostname`` is part of
     urllib3's pool key, so two names on one IP never share a connection or a TLS
     identity.  Thread-safe: urllib3's pool manager and pools are locked.  The transport
-    takes connections from :meth:`pool_for` itself; :meth:`send` works too, for
-    :class:`PinnedRequest` only.
+    takes connections from :meth:`pool_for` itself and never calls :meth:`send`.
     """
 
     def __init__(self, ssl_context: ssl.SSLContext, max_pools: int, pool_per_host: int) -> None:
@@ -332,23 +324,3 @@ class PinningAdapter(HTTPAdapter):
             if pool is not None:
                 pool.close()
         super().close()
-
-    def get_connection_with_tls_context(
-        self,
-        request: PreparedRequest,
-        verify: bool | str | None,
-        proxies: Mapping[str, str] | None = None,
-        cert: Any = None,
-    ) -> Any:
-        """Return the pool for the request's pinned (IP, port, host name); never DNS."""
-        pin = getattr(request, "pin", None)
-        if pin is None:
-            raise RuntimeError("refusing to send without a checked address")
-        return self.pool_for(*pin)
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        """Do nothing: trust roots live in the shared SSL context, not on each pool.
-
-        The base class would set ``ca_certs`` on the pool, making urllib3 reload the CA
-        bundle into the shared context on every new connection.
-        """

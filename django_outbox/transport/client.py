@@ -4,7 +4,7 @@ One :class:`Transport` serves every thread of a worker process.  Three propertie
 matter more than convenience here:
 
 * **It connects to the address it checked.**  The host is resolved and vetted by
-  :func:`~django_outbox.addresses.resolve_checked`; the connection pool is then built
+  :func:`~django_outbox.transport.addresses.resolve_checked`; the connection pool is then built
   for that IP, while the ``Host`` header, TLS SNI and certificate check keep the real
   host name.  Pools are keyed by (scheme, IP, port, host name), so two names served
   from one IP never share a TLS identity.
@@ -13,7 +13,7 @@ matter more than convenience here:
   still running past its deadline, so a server trickling one byte per second cannot
   hold a worker slot (per-read socket timeouts alone would let it); connect and TLS
   handshake are bounded by socket timeouts cut to the remaining budget.  See
-  ``_transport_pool``.
+  :mod:`django_outbox.transport.pool`.
 * **Bounded reads.**  At most ``max_response_bytes`` of a body are read; a longer
   body is cut off by closing the connection instead of draining it.
 
@@ -46,7 +46,13 @@ from requests.models import PreparedRequest
 from urllib3.exceptions import ClosedPoolError
 from urllib3.response import HTTPResponse
 
-from django_outbox._transport_errors import (
+from django_outbox.transport.addresses import (
+    IPNetwork,
+    Resolver,
+    parse_networks,
+    resolve_checked,
+)
+from django_outbox.transport.errors import (
     LOW_LEVEL_ERRORS,
     ConnectFailed,
     ProtocolFailed,
@@ -57,29 +63,7 @@ from django_outbox._transport_errors import (
     short,
     translate,
 )
-from django_outbox._transport_pool import PinningAdapter, shared_ssl_context, watchdog
-from django_outbox.addresses import (
-    BlockedAddress,
-    IPNetwork,
-    ResolveError,
-    Resolver,
-    TransportError,
-    parse_networks,
-    resolve_checked,
-)
-
-__all__ = [
-    "BlockedAddress",
-    "ConnectFailed",
-    "ProtocolFailed",
-    "ResolveError",
-    "Response",
-    "TLSFailed",
-    "TimedOut",
-    "Transport",
-    "TransportError",
-    "retry_after_seconds",
-]
+from django_outbox.transport.pool import PinningAdapter, shared_ssl_context, watchdog
 
 _READ_CHUNK = 64 * 1024
 _MAX_ADDRESSES_TRIED = 3

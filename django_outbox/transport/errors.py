@@ -1,9 +1,8 @@
-"""The transport's error classes and the translation of low-level failures into them.
+"""The transport's errors, and the translation of low-level failures into them.
 
-Private: import the classes from :mod:`django_outbox.transport`.  A request attempt
-fails in one of three steps, which decides what the failure means: while
-*connecting* (TCP and TLS: nothing was sent, so another address may be tried),
-while *sending* the request, or while *receiving* the answer.
+A request attempt fails in one of three steps, which decides what the failure
+means: while *connecting* (TCP and TLS: nothing was sent, so another address may
+be tried), while *sending* the request, or while *receiving* the answer.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTime
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import SSLError as Urllib3SSLError
 
-from django_outbox.addresses import TransportError
+from django_outbox.exceptions import OutboxError
 
 #: Where an attempt failed: see the module docstring.
 Step = Literal["connect", "send", "receive"]
@@ -25,6 +24,24 @@ Step = Literal["connect", "send", "receive"]
 LOW_LEVEL_ERRORS = (OSError, HTTPException, Urllib3Error)
 
 _MESSAGE_LIMIT = 200
+
+
+class TransportError(OutboxError):
+    """A delivery request failed before a complete HTTP response arrived.
+
+    ``str(error)`` is a short message fit for a ``last_error`` column.
+    """
+
+
+class BlockedAddress(TransportError):
+    """The host resolves to an address deliveries must not reach (loopback, private...).
+
+    Retrying does not help unless DNS changes, so callers may treat it as permanent.
+    """
+
+
+class ResolveError(TransportError):
+    """The host name could not be resolved to any address."""
 
 
 class ConnectFailed(TransportError):

@@ -1,4 +1,4 @@
-"""HTTP request signing for deliveries: draft-cavage and RFC 9421, at send time.
+"""HTTP Signatures for ActivityPub deliveries: draft-cavage and RFC 9421, at send time.
 
 Every attempt is signed afresh (receivers reject old ``Date`` and ``created``
 values), so this runs thousands of times a second and is kept cheap: the key is
@@ -45,7 +45,7 @@ __all__ = [
     "RFC9421_LABEL",
     "Scheme",
     "SigningError",
-    "other",
+    "fallback_scheme",
     "sign_headers",
 ]
 
@@ -80,8 +80,8 @@ class Scheme(StrEnum):
     RFC9421 = "rfc9421"
 
 
-def other(scheme: Scheme) -> Scheme:
-    """Return the scheme to knock with after ``scheme`` was refused (400/401)."""
+def fallback_scheme(scheme: Scheme) -> Scheme:
+    """The scheme of the second knock, after ``scheme`` was refused (400/401)."""
     return Scheme.RFC9421 if scheme is Scheme.CAVAGE else Scheme.CAVAGE
 
 

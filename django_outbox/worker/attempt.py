@@ -1,6 +1,6 @@
-"""One attempt at one delivery, as a delivery thread makes it.
+"""One attempt at one delivery, as a sending thread makes it.
 
-It asks the circuit breaker, signs in the scheme the host is known to
+It asks the circuit breaker, signs in the scheme the origin is known to
 accept, knocks again with the other scheme on a 400 or 401, POSTs, and turns
 what happened into an :class:`~django_outbox.outcomes.Outcome`.  It touches
 no database: the recorder saves the outcome.
@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from urllib.parse import urlsplit
 
-from django_outbox.breakers import BreakerPolicy, BreakerStore, breaker_key
-from django_outbox.claims import Claimed
+from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
 from django_outbox.conf import conf
 from django_outbox.keys import SenderKey
-from django_outbox.outcomes import Kind, Outcome, server_failed
-from django_outbox.schemes import remember, remembered
-from django_outbox.signing import Scheme, other, sign_headers
+from django_outbox.outcomes import AttemptResult, Outcome, server_failed
+from django_outbox.signing import Scheme, fallback_scheme, sign_headers
+from django_outbox.signing.schemes import remember, remembered
+from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
     Response,
@@ -30,29 +29,27 @@ from django_outbox.transport import (
 
 
 @dataclass(frozen=True)
-class MessageData:
-    """The parts of a stored message that sending needs, kept in process memory."""
-
-    id: int
-    sender: str
-    body: bytes
-    body_sha256: bytes
-    content_type: str
-    deadline: datetime | None
-    activity_type: str
-    synchronize_collection: bool
-
-
-@dataclass(frozen=True)
 class Job:
     """A claimed delivery with everything needed to send it."""
 
-    claimed: Claimed
-    token: str
+    row: ClaimedRow
     message: MessageData
     key: SenderKey
+    #: Monotonic time after which it is given back unsent: its lease could lapse mid-send.
     send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
+
+    def outcome(
+        self,
+        result: AttemptResult,
+        *,
+        status: int | None = None,
+        error: str = "",
+        retry_after: float | None = None,
+        held_for: float | None = None,
+    ) -> Outcome:
+        """The :class:`Outcome` of this job's attempt."""
+        return Outcome(self.row, self.message, result, status, error, retry_after, held_for)
 
 
 _HELD = {
@@ -77,45 +74,42 @@ def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
 
 
 def _knock(transport: Transport, job: Job, url: str) -> Response:
-    """POST to ``url`` in the host's scheme, and in the other one after a 400 or 401."""
-    host = urlsplit(url).netloc.lower()
-    known = remembered(host)
+    """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
+    parts = urlsplit(url)
+    origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+    known = remembered(origin)
     first = known or Scheme(conf.FIRST_SCHEME)
     response = _post(transport, job, url, first)
     accepted = first
     if response.status in (400, 401):
-        accepted = other(first)
+        accepted = fallback_scheme(first)
         response = _post(transport, job, url, accepted)
     if 200 <= response.status < 300 and accepted != known:
-        remember(host, accepted)
+        remember(origin, accepted)
     return response
 
 
-def _outcome(job: Job, response: Response) -> Outcome:
+def _judge(job: Job, response: Response) -> Outcome:
+    """What an answer means for the delivery: delivered, refused for good, or retry."""
     status = response.status
-    base = {"delivery_id": job.claimed.id, "token": job.token, "status": status}
     if 200 <= status < 300:
-        return Outcome(kind=Kind.DELIVERED, **base)  # type: ignore[arg-type]
+        return job.outcome(AttemptResult.DELIVERED, status=status)
     error = f"HTTP {status}"
     if conf.PERMANENT_STATUS(status):
-        return Outcome(kind=Kind.REFUSED, error=error, **base)  # type: ignore[arg-type]
-    return Outcome(
-        kind=Kind.RETRY,
-        error=error,
-        retry_after=retry_after_seconds(response.headers.get("Retry-After")),
-        **base,  # type: ignore[arg-type]
-    )
+        return job.outcome(AttemptResult.REFUSED, status=status, error=error)
+    retry_after = retry_after_seconds(response.headers.get("Retry-After"))
+    return job.outcome(AttemptResult.RETRY, status=status, error=error, retry_after=retry_after)
 
 
 def perform(
     job: Job, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
 ) -> Outcome:
     """Make one attempt at ``job``: at each gateway in turn, or at its inbox."""
-    targets = job.claimed.via or [job.claimed.inbox]
-    outcome = Outcome(job.claimed.id, job.token, Kind.RETRY, error="nowhere to deliver")
+    targets = job.row.via or [job.row.inbox]
+    outcome = job.outcome(AttemptResult.RETRY, error="nowhere to deliver")
     for url in targets:
         outcome = _attempt_at(job, url, transport, breakers, policy)
-        if outcome.kind is Kind.DELIVERED:
+        if outcome.result is AttemptResult.DELIVERED:
             break
     return outcome
 
@@ -124,27 +118,22 @@ def _attempt_at(
     job: Job, url: str, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
 ) -> Outcome:
     key = ""
-    admission = None
+    admission: Admission | None = None
     if policy is not None:
-        key = breaker_key(urlsplit(url).hostname or "", url, conf.BREAKER_SCOPE)  # type: ignore[arg-type]
+        key = breaker_key(urlsplit(url).hostname or "", url, conf.BREAKER_SCOPE)
         admission = breakers.admit(key, policy)
         if admission.kind == "held":
-            return Outcome(
-                job.claimed.id,
-                job.token,
-                Kind.HELD,
-                error=_HELD[admission.why or "open"].format(policy.threshold),
-                held_for=admission.retry_in,
-            )
+            error = _HELD[admission.why or "open"].format(policy.threshold)
+            return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     try:
         response = _knock(transport, job, url)
     except BlockedAddress as error:
-        outcome = Outcome(job.claimed.id, job.token, Kind.REFUSED, error=str(error))
+        outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
     except TransportError as error:
-        outcome = Outcome(job.claimed.id, job.token, Kind.RETRY, error=str(error))
+        outcome = job.outcome(AttemptResult.RETRY, error=str(error))
     else:
-        outcome = _outcome(job, response)
+        outcome = _judge(job, response)
     if policy is not None:
-        failed = outcome.kind is Kind.RETRY and server_failed(outcome.status)
+        failed = outcome.result is AttemptResult.RETRY and server_failed(outcome.status)
         breakers.record(key, policy, failed=failed, admission=admission)
     return outcome

@@ -1,9 +1,10 @@
-"""Writing many delivery rows on PostgreSQL in one statement.
+"""Writing many delivery rows at once.
 
-``bulk_create`` builds a model instance and prepares every field of every row
-in Python: about 4,000 rows a second here.  One ``INSERT ... SELECT ... FROM
-unnest(...)`` sends the columns that differ between rows as arrays and the
-others once, and writes several times as many.
+On PostgreSQL, ``bulk_create`` builds a model instance and prepares every
+field of every row in Python: about 4,000 rows a second here.  One ``INSERT
+... SELECT ... FROM unnest(...)`` sends the columns that differ between rows as
+arrays and the others once, and writes several times as many.  SQLite keeps
+``bulk_create``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from django_outbox.models import Delivery, DeliveryState, Message
 _VARYING = ("inbox", "host", "via", "state", "dispatched_at")
 
 
-def insert_deliveries(
+def bulk_insert(
     message: Message,
     inboxes: Sequence[str],
     hosts: Sequence[str],
@@ -30,7 +31,37 @@ def insert_deliveries(
     waiting: set[str],
     now: datetime,
 ) -> list[int]:
-    """Insert a row per inbox (``waiting`` ones as such); the ids of the queued ones.
+    """Insert a row per inbox (``waiting`` ones as such); the ids of the queued ones."""
+    if connection.vendor == "postgresql":
+        return _insert_unnest(message, inboxes, hosts, vias, waiting, now)
+    rows = [
+        Delivery(
+            message=message,
+            inbox=inbox,
+            host=host,
+            via=via,
+            lane=message.lane,
+            ordering_key=message.ordering_key,
+            state=DeliveryState.WAITING if inbox in waiting else DeliveryState.QUEUED,
+            next_attempt_at=now,
+            dispatched_at=None if inbox in waiting else now,
+            created_at=now,
+        )
+        for inbox, host, via in zip(inboxes, hosts, vias, strict=True)
+    ]
+    Delivery.objects.bulk_create(rows, batch_size=2000)
+    return [row.pk for row in rows if row.state == DeliveryState.QUEUED]
+
+
+def _insert_unnest(
+    message: Message,
+    inboxes: Sequence[str],
+    hosts: Sequence[str],
+    vias: Sequence[list[str]],
+    waiting: set[str],
+    now: datetime,
+) -> list[int]:
+    """:func:`bulk_insert` on PostgreSQL, in one statement.
 
     Every other column takes the value a new ``Delivery`` of ``message`` has,
     so a field added to the model is written with its default here too.

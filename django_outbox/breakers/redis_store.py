@@ -1,6 +1,6 @@
 """Circuit breakers in Redis, shared by every worker process on every machine.
 
-The state machine is :mod:`django_outbox.breakers`'; here each breaker is a Redis hash
+The state machine is :mod:`django_outbox.breakers.policy`'s; here each breaker is a Redis hash
 changed only by two Lua scripts, so counting, taking the probe and counting the
 deliveries that await an answer are atomic between processes.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from django_outbox.breakers import (
+from django_outbox.breakers.policy import (
     BUSY_WAIT,
     PASS,
     Admission,

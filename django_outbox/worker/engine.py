@@ -104,12 +104,6 @@ class Engine(Generic[J]):
         self._threads.add(thread)
         thread.start()
 
-    @property
-    def busy(self) -> int:
-        """Jobs running or waiting to run."""
-        with self._lock:
-            return self._running + self._waiting
-
     def room(self) -> int:
         """How many more jobs may be submitted before ``submit`` would block."""
         with self._lock:

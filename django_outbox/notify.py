@@ -1,21 +1,21 @@
-"""The signals of a batch of outcomes, built only for the signals that have receivers.
+"""Sending the package's signals with the arguments ``signals.py`` documents.
 
 Most sites connect no receiver, or one to a single signal.  Loading every row
 of a batch as a model instance and building three sets of keyword arguments
 per outcome costs far more than saving it, so the recorder notes what each
-outcome would send, and only for the signals that have receivers are the rows
-loaded and the documented arguments (``signals.py``, ``docs/signals.md``)
-built, exactly as they always were.
+outcome would send (:class:`AttemptSignals`), and only for the signals that
+have receivers are the rows loaded and the arguments built.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.dispatch import Signal
 
 from django_outbox.models import SETTLED_STATES, Delivery, DeliveryState
-from django_outbox.outcomes import Kind, Outcome
+from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled, send_logged
 
 _FAILED_STATES = (DeliveryState.FAILED, DeliveryState.REFUSED)
@@ -43,8 +43,8 @@ def attempt_args(row: Delivery, outcome: Outcome) -> dict[str, Any]:
         **common_args(row),
         "status": outcome.status,
         "error": outcome.error,
-        "held": outcome.kind is Kind.HELD,
-        "outcome": outcome.kind.value,
+        "held": outcome.result is AttemptResult.HELD,
+        "outcome": outcome.result.value,
     }
 
 
@@ -53,9 +53,16 @@ def settled_args(row: Delivery, outcome: Outcome) -> dict[str, Any]:
     return {
         **common_args(row),
         "tag": row.message.tag,
-        "outcome": outcome.kind.value,
+        "outcome": outcome.result.value,
         "status": outcome.status,
     }
+
+
+def send_failed(rows: Iterable[Delivery]) -> None:
+    """Send ``delivery_failed`` for rows given up, which carry their final state."""
+    if delivery_failed.has_listeners(Delivery):
+        for row in rows:
+            send_logged(delivery_failed, Delivery, **failure_args(row))
 
 
 def full_rows(ids: list[int]) -> dict[int, Delivery]:
@@ -70,46 +77,35 @@ def full_rows(ids: list[int]) -> dict[int, Delivery]:
 class AttemptSignals:
     """What a batch of outcomes sends, noted before its rows are saved.
 
-    Whether each signal has receivers is asked once, when the batch starts.
-    ``delivery_attempted`` and ``delivery_settled`` go out for nearly every
-    outcome, so with receivers for either, :attr:`every_row` says to load the
-    rows in full at once (:meth:`preload`); otherwise only the rows that
-    ``delivery_failed`` goes out for are loaded, and only when it has receivers.
+    Whether each signal has receivers is asked once, when the batch starts,
+    and only the rows of outcomes that send a signal are loaded, in one query.
     """
 
     def __init__(self) -> None:
         self.attempted = delivery_attempted.has_listeners(Delivery)
         self.settled = delivery_settled.has_listeners(Delivery)
         self.failed = delivery_failed.has_listeners(Delivery)
-        self.every_row = self.attempted or self.settled
-        self._rows: dict[int, Delivery] | None = None
         self._notes: list[tuple[Signal, int, Outcome]] = []
         self._changes: dict[int, tuple[dict[str, Any], bool]] = {}
 
-    def preload(self, ids: list[int]) -> dict[int, Delivery]:
-        """Load the rows of ``ids`` in full for the signals, and return them."""
-        self._rows = full_rows(ids)
-        return self._rows
-
-    def note(self, pk: int, outcome: Outcome, fields: dict[str, Any], *, unspent: bool) -> None:
-        """Note the signals of ``outcome``, which sets ``fields`` on delivery ``pk``
-        (and gives back its attempt when ``unspent``)."""
-        state = fields["state"]
+    def note(self, outcome: Outcome, fields: dict[str, Any]) -> None:
+        """Note the signals of ``outcome``, which sets ``fields`` on its delivery."""
+        pk, state = outcome.row.id, fields["state"]
         count = len(self._notes)
-        if self.attempted and outcome.kind is not Kind.RELEASED:
+        if self.attempted and outcome.result is not AttemptResult.RELEASED:
             self._notes.append((delivery_attempted, pk, outcome))
         if self.settled and state in SETTLED_STATES:
             self._notes.append((delivery_settled, pk, outcome))
         if self.failed and state in _FAILED_STATES:
             self._notes.append((delivery_failed, pk, outcome))
         if len(self._notes) > count:
-            self._changes[pk] = (fields, unspent)
+            self._changes[pk] = (fields, outcome.result in UNSPENT_RESULTS)
 
     def send(self) -> None:
         """Send the noted signals in order, each row carrying its new state."""
         if not self._notes:
             return
-        rows = full_rows(list(self._changes)) if self._rows is None else self._rows
+        rows = full_rows(list(self._changes))
         for pk, (fields, unspent) in self._changes.items():
             row = rows.get(pk)
             if row is None:

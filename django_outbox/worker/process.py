@@ -1,9 +1,9 @@
-"""What one worker process keeps between tasks, and the task-side half of sending.
+"""What one worker process keeps between tasks, and the task's half of sending.
 
-The first ``deliver`` task in a process starts its :class:`~django_outbox.engine.Engine`
+The first ``deliver`` task in a process starts its :class:`~django_outbox.worker.engine.Engine`
 threads, its recorder thread, its HTTP transport and its breaker store; they
 live until the process stops.  A task claims its rows, loads the message
-bodies (cached, they never change) and signing keys (cached for a while),
+bodies (cached: they never change) and signing keys (cached for a while),
 and hands the deliveries to the engine.
 """
 
@@ -13,24 +13,26 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
-from django.db import DatabaseError, transaction
-from django.db.models import F
+from django.db import DatabaseError
 from django.utils import timezone
 
-from django_outbox.attempt import Job, MessageData, perform
-from django_outbox.claims import Claimed, claim, new_token, not_yet_due
+from django_outbox.breakers.configured import configured_policy, configured_store
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
-from django_outbox.engine import Engine
-from django_outbox.hosts import breaker_policy, breaker_store, unavailable_hosts
+from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
-from django_outbox.models import Delivery, DeliveryState, Lane, Message
-from django_outbox.outcomes import Kind, Outcome
-from django_outbox.recorder import Recorder
+from django_outbox.models import Delivery, DeliveryState, Lane
+from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
+from django_outbox.store.queries import not_yet_due
+from django_outbox.store.transitions import claim, release
 from django_outbox.transport import Transport
+from django_outbox.worker.attempt import Job, perform
+from django_outbox.worker.engine import Engine
+from django_outbox.worker.recorder import Recorder
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -59,12 +61,12 @@ class WorkerProcess:
             allowed_networks=conf.ALLOWED_NETWORKS,
             ca_bundle=conf.CA_BUNDLE,
         )
-        self.breakers = breaker_store()
-        self.policy = breaker_policy()
+        self.breakers = configured_store()
+        self.policy = configured_policy()
         self.engine: Engine[Job] = Engine(
             self._send,
-            host_of=lambda job: job.claimed.host,
-            urgent=lambda job: job.claimed.lane == Lane.PRIORITY,
+            host_of=lambda job: job.row.host,
+            urgent=lambda job: job.row.lane == Lane.PRIORITY,
             concurrency=conf.CONCURRENCY,
             per_host=conf.PER_HOST,
             max_threads=conf.MAX_THREADS,
@@ -78,13 +80,13 @@ class WorkerProcess:
             # It waited so long behind its host that its lease could lapse
             # while it is sent: give it back rather than risk a double send.
             error = "released: waited too long behind its host for the lease"
-            self.recorder.put(Outcome(job.claimed.id, job.token, Kind.RELEASED, error=error))
+            self.recorder.put(job.outcome(AttemptResult.RELEASED, error=error))
             return
         try:
             outcome = perform(job, self.transport, self.breakers, self.policy)
         except Exception as error:
-            logger.exception("delivery %s failed unexpectedly", job.claimed.id)
-            outcome = Outcome(job.claimed.id, job.token, Kind.RETRY, error=f"internal: {error!r}")
+            logger.exception("delivery %s failed unexpectedly", job.row.id)
+            outcome = job.outcome(AttemptResult.RETRY, error=f"internal: {error!r}")
         self.recorder.put(outcome)
 
     def messages(self, ids: Iterable[int]) -> dict[int, MessageData]:
@@ -94,18 +96,7 @@ class WorkerProcess:
             found = {i: self._messages[i] for i in wanted if i in self._messages}
         missing = wanted - found.keys()
         if missing:
-            for row in Message.objects.filter(id__in=missing).values_list(
-                "id",
-                "sender",
-                "body",
-                "body_sha256",
-                "content_type",
-                "deadline",
-                "activity_type",
-                "synchronize_collection",
-            ):
-                data = MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:])
-                found[data.id] = data
+            found.update(load_messages(missing))
             with self._lock:
                 for data in found.values():
                     self._messages[data.id] = data
@@ -123,7 +114,39 @@ class WorkerProcess:
         if len(self._keys) > 10_000:
             self._keys.clear()
         self._keys[sender] = (key, now + _KEY_TTL)
-        return key  # type: ignore[no-any-return]
+        return key
+
+    def jobs_for(self, claimed: list[ClaimedRow]) -> list[Job]:
+        """The jobs to send for ``claimed``; those not to send are recorded at once.
+
+        A delivery past its batch's deadline expires, one to an unavailable host
+        is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
+        its key is refused.
+        """
+        messages = self.messages(row.message_id for row in claimed)
+        now = timezone.now()
+        unavailable = unavailable_hosts()
+        skip = conf.SKIP_UNAVAILABLE
+        # Room in the lease for two knocks of the whole time budget and saving the
+        # outcome; with a lease too short for that (system check W003), half of it.
+        lease = conf.LEASE_SECONDS
+        send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
+        jobs: list[Job] = []
+        for row in claimed:
+            message = messages[row.message_id]
+            key = self.key_for(message.sender)
+            if message.deadline is not None and message.deadline <= now:
+                self.recorder.put(Outcome(row, message, AttemptResult.EXPIRED))
+            elif row.host in unavailable and skip(row.inbox, message.activity_type):
+                error = f"skipped: {row.host} is marked unavailable"
+                self.recorder.put(Outcome(row, message, AttemptResult.SKIPPED, error=error))
+            elif key is None:
+                error = f"the key resolver no longer has a key for {message.sender}"
+                self.recorder.put(Outcome(row, message, AttemptResult.REFUSED, error=error))
+            else:
+                extra = _synchronization(message, row.inbox)
+                jobs.append(Job(row, message, key, send_by, extra))
+        return jobs
 
     def stop(self, timeout: float) -> None:
         """Release what never started at once; give what runs ``timeout`` to finish.
@@ -132,19 +155,19 @@ class WorkerProcess:
         worker sends them now rather than after the lease; if the inbox had in
         fact received one, it receives it twice (at least once).
         """
-        release([(job.claimed, job.token) for job in self.engine.stop()])
+        give_back([job.row for job in self.engine.stop()])
         deadline = time.monotonic() + timeout
         running = self.engine.join(timeout)
         if not self.recorder.flush(max(0.1, deadline - time.monotonic())):
             logger.warning("stopped before every outcome was saved; their leases will lapse")
-        release([(job.claimed, job.token) for job in running])
+        give_back([job.row for job in running])
 
 
 _process: WorkerProcess | None = None
 _process_lock = threading.Lock()
 
 
-def current() -> WorkerProcess:
+def this_process() -> WorkerProcess:
     """This process's :class:`WorkerProcess`, started on first use (and after a fork)."""
     global _process
     with _process_lock:
@@ -153,7 +176,7 @@ def current() -> WorkerProcess:
         return _process
 
 
-def stop_current(timeout: float) -> None:
+def stop_this_process(timeout: float) -> None:
     """Stop this process's engine, if it has one (warm shutdown)."""
     global _process
     with _process_lock:
@@ -162,34 +185,10 @@ def stop_current(timeout: float) -> None:
         process.stop(timeout)
 
 
-def release(claims: Sequence[tuple[Claimed, str]]) -> None:
-    """Give claimed deliveries back unsent, with their attempt refunded, and dispatch them.
-
-    One statement per claim token, in one transaction: a stopping worker may hold
-    hundreds, and on SQLite each commit is a disk sync.
-    """
-    by_token: dict[str, list[int]] = defaultdict(list)
-    by_lane: dict[str, list[int]] = defaultdict(list)
-    for claimed, token in claims:
-        by_token[token].append(claimed.id)
-        by_lane[claimed.lane].append(claimed.id)
-    if not by_token:
-        return
-    now = timezone.now()
-    with transaction.atomic():
-        for token, ids in by_token.items():
-            Delivery.objects.filter(
-                id__in=ids, claimed_by=token, state=DeliveryState.SENDING
-            ).update(
-                state=DeliveryState.QUEUED,
-                attempts=F("attempts") - 1,
-                claimed_by="",
-                lease_until=None,
-                next_attempt_at=now,
-                dispatched_at=now,
-            )
-    # Ids that were not released (finished meanwhile) find nothing to claim.
-    publish(dict(by_lane))
+def give_back(rows: Sequence[ClaimedRow]) -> None:
+    """Release claimed deliveries unsent, their attempt refunded, and publish them again."""
+    if rows:
+        publish(release(rows))
 
 
 def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:
@@ -212,50 +211,24 @@ def run_deliveries(ids: Sequence[int], *, wait: bool = True) -> tuple[list[int],
     queued but not due yet with the seconds until the first is, for the task
     to retry with, or ``None``.
     """
-    process = current()
-    token = new_token()
-    claimed = claim(ids, token)
+    process = this_process()
+    claimed = claim(ids, new_token())
     later = None
     if len(claimed) < len(ids):
-        taken = {c.id for c in claimed}
+        taken = {row.id for row in claimed}
         waiting, due = not_yet_due([i for i in ids if i not in taken], conf.COUNTDOWN_LIMIT)
         if due is not None:
             later = (waiting, max(0.0, (due - timezone.now()).total_seconds()))
-    if not claimed:
-        return later
-    messages = process.messages(c.message_id for c in claimed)
-    now = timezone.now()
-    unavailable = unavailable_hosts()
-    skip = conf.SKIP_UNAVAILABLE
-    jobs: list[Job] = []
-    # Room in the lease for two knocks of the whole time budget and saving the
-    # outcome; with a lease too short for that (system check W003), half of it.
-    lease = conf.LEASE_SECONDS
-    send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
-    for row in claimed:
-        message = messages[row.message_id]
-        key = process.key_for(message.sender)
-        if message.deadline is not None and message.deadline <= now:
-            process.recorder.put(Outcome(row.id, token, Kind.EXPIRED))
-        elif row.host in unavailable and skip(row.inbox, message.activity_type):
-            error = f"skipped: {row.host} is marked unavailable"
-            process.recorder.put(Outcome(row.id, token, Kind.SKIPPED, error=error))
-        elif key is None:
-            error = f"the key resolver no longer has a key for {message.sender}"
-            process.recorder.put(Outcome(row.id, token, Kind.REFUSED, error=error))
-        else:
-            extra = _synchronization(message, row.inbox)
-            jobs.append(Job(row, token, message, key, send_by, extra))
-    _hand_over(process, jobs, wait=wait)
+    if claimed:
+        _hand_over(process, process.jobs_for(claimed), wait=wait)
     return later
 
 
 def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
     """Submit ``jobs`` to the engine, taking urgent work while waiting for room."""
     engine = process.engine
-    urgent = [job for job in jobs if job.claimed.lane == Lane.PRIORITY]
-    refused = engine.submit(urgent, block=False)
-    jobs = [job for job in jobs if job.claimed.lane != Lane.PRIORITY]
+    refused = engine.submit([job for job in jobs if job.row.lane == Lane.PRIORITY], block=False)
+    jobs = [job for job in jobs if job.row.lane != Lane.PRIORITY]
     give_up_waiting = time.monotonic() + _ROOM_WAIT_LIMIT
     while jobs:
         if wait and time.monotonic() > give_up_waiting:
@@ -264,17 +237,16 @@ def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
             )
             wait = False
         if wait and not engine.wait_for_room(_URGENT_POLL):
-            _take_urgent()
+            refused += engine.submit(_urgent_jobs(process), block=False)
             continue
-        fits = engine.room() if wait else len(jobs)
-        refused += engine.submit(jobs[: max(1, fits)], block=False)
-        jobs = jobs[max(1, fits) :]
-    if refused:
-        release([(job.claimed, job.token) for job in refused])
+        fits = max(1, engine.room() if wait else len(jobs))
+        refused += engine.submit(jobs[:fits], block=False)
+        jobs = jobs[fits:]
+    give_back([job.row for job in refused])
 
 
-def _take_urgent() -> None:
-    """Claim and start the priority-lane deliveries that are due, without waiting.
+def _urgent_jobs(process: WorkerProcess) -> list[Job]:
+    """Claim the priority-lane deliveries that are due; their jobs, to start at once.
 
     Only a shortcut: their own Celery messages remain, so a database error here is
     logged and the caller goes on handing over the deliveries it has claimed.
@@ -287,7 +259,8 @@ def _take_urgent() -> None:
             .order_by("next_attempt_at")
             .values_list("id", flat=True)[: conf.CHUNK_SIZE]
         )
-        if due:
-            run_deliveries(due, wait=False)
+        claimed = claim(due, new_token()) if due else []
+        return process.jobs_for(claimed) if claimed else []
     except DatabaseError:
         logger.warning("could not look for priority-lane deliveries", exc_info=True)
+        return []

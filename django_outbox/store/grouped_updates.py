@@ -1,24 +1,24 @@
 """The row updates of a batch of outcomes, in as few statements as they allow.
 
 Each update is conditional on the delivery still being ``sending`` under the
-claim token its attempt was made with.  Outcomes that set the same values
-share one ``UPDATE`` whatever their tokens (``WHERE state = 'sending' AND
-(claimed_by = t1 AND id IN (...) OR claimed_by = t2 AND id IN (...))``), and
-retries, which differ only in their jittered ``next_attempt_at``, share one
-too, each row's time picked by a ``CASE`` on its id.
+claim token its attempt was made with; the transitions module runs them.
+Outcomes that set the same values share one ``UPDATE`` whatever their tokens
+(``WHERE state = 'sending' AND (claimed_by = t1 AND id IN (...) OR claimed_by
+= t2 AND id IN (...))``), and retries, which differ only in their jittered
+``next_attempt_at``, share one too, each row's time picked by a ``CASE`` on
+its id.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 from django.db import connection
 from django.db.models import DateTimeField, Q
 from django.db.models.expressions import RawSQL
-
-from django_outbox.models import Delivery, DeliveryState
 
 #: Rows per UPDATE that sets each its own retry time (two parameters a row, and
 #: SQLite may allow no more than 999 in a statement).
@@ -46,12 +46,13 @@ class GroupedUpdates:
         if _TIME in fields:
             self._times[pk] = fields[_TIME]
 
-    def save(self) -> None:
-        """Run the statements (inside the caller's transaction)."""
+    def statements(self) -> Iterator[tuple[Q, dict[str, Any]]]:
+        """``(condition, values)`` for each UPDATE: set ``values`` where ``condition``
+        holds and the row is still ``sending`` (the caller adds that)."""
         for key, claims in self._groups.items():
             values = dict(key)
             if values.get(_TIME) is not _EACH:
-                self._update(claims, values)
+                yield from _statement(claims, values)
                 continue
             ids = [pk for pks in claims.values() for pk in pks]
             for start in range(0, len(ids), _TIMED_ROWS):
@@ -59,17 +60,19 @@ class GroupedUpdates:
                 distinct = set(times.values())
                 values[_TIME] = distinct.pop() if len(distinct) == 1 else _each_its_own(times)
                 part = {token: [pk for pk in pks if pk in times] for token, pks in claims.items()}
-                self._update(part, values)
+                yield from _statement(part, dict(values))
 
-    @staticmethod
-    def _update(claims: dict[str, list[int]], values: dict[str, Any]) -> None:
-        claimed = Q()
-        for token, ids in claims.items():
-            if ids:
-                claimed |= Q(claimed_by=token, id__in=ids)
-        if not claimed:
-            return  # an empty Q() would match every row being sent
-        Delivery.objects.filter(claimed, state=DeliveryState.SENDING).update(**values)
+
+def _statement(
+    claims: dict[str, list[int]], values: dict[str, Any]
+) -> Iterator[tuple[Q, dict[str, Any]]]:
+    """The condition matching ``claims`` (token: ids) with ``values``; none if no ids."""
+    claimed = Q()
+    for token, ids in claims.items():
+        if ids:
+            claimed |= Q(claimed_by=token, id__in=ids)
+    if claimed:  # an empty Q() would match every row being sent
+        yield claimed, values
 
 
 def _each_its_own(times: dict[int, datetime]) -> RawSQL:

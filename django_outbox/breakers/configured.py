@@ -1,0 +1,26 @@
+"""The breaker store and policy the settings ask for."""
+
+from __future__ import annotations
+
+from django_outbox.breakers.memory import MemoryBreakerStore
+from django_outbox.breakers.policy import BreakerPolicy, BreakerStore
+from django_outbox.breakers.redis_store import redis_store_for_cache
+from django_outbox.conf import conf
+
+
+def configured_store() -> BreakerStore:
+    """A new breaker store as the settings ask: shared in Redis, or this process's memory."""
+    alias = conf.BREAKER_CACHE
+    return redis_store_for_cache(alias) if alias else MemoryBreakerStore()
+
+
+def configured_policy() -> BreakerPolicy | None:
+    """The configured breaker policy, or ``None`` when breakers are off (threshold 0)."""
+    if conf.BREAKER_THRESHOLD <= 0:
+        return None
+    return BreakerPolicy(
+        threshold=conf.BREAKER_THRESHOLD,
+        cool_off=conf.BREAKER_COOL_OFF,
+        # Two knocks of the whole time budget, as a worker's lease allows for.
+        answer_within=2 * conf.TOTAL_TIMEOUT + 10,
+    )

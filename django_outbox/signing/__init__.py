@@ -1,0 +1,25 @@
+"""How a delivery is signed: HTTP Signatures for ActivityPub, remembered per origin.
+
+``http`` builds draft-cavage and RFC 9421 signatures; ``schemes`` remembers
+which of the two each origin accepted.
+"""
+
+from django_outbox.signing.http import (
+    CAVAGE_COVERED,
+    RFC9421_COVERED,
+    RFC9421_LABEL,
+    Scheme,
+    SigningError,
+    fallback_scheme,
+    sign_headers,
+)
+
+__all__ = [
+    "CAVAGE_COVERED",
+    "RFC9421_COVERED",
+    "RFC9421_LABEL",
+    "Scheme",
+    "SigningError",
+    "fallback_scheme",
+    "sign_headers",
+]

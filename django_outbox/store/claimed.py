@@ -1,0 +1,128 @@
+"""What a claim hands the worker: the claimed rows and their messages.
+
+A claim returns :class:`ClaimedRow` tuples, which travel with each attempt to
+the recorder, so that recording an outcome reads nothing of the row again but
+whether its claim still holds.  A message's sending parts are
+:class:`MessageData`, read once and kept by the worker (a body never changes).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, NamedTuple
+
+from django.db import connection
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
+
+from django_outbox.models import Delivery, DeliveryState, Host, Message
+
+_counter = itertools.count()
+
+
+def new_token() -> str:
+    """A claim token unique across hosts, processes and claims."""
+    return f"{socket.gethostname()[:60]}:{os.getpid()}:{next(_counter)}"
+
+
+class ClaimedRow(NamedTuple):
+    """One delivery as its claim returned it: what sending and recording it need."""
+
+    id: int
+    message_id: int
+    inbox: str
+    #: The inbox's host name (see ``Delivery.host``), which caps and breakers count by.
+    host: str
+    #: Gateways to try in order (portable inboxes), or empty.
+    via: list[str]
+    lane: str
+    ordering_key: str
+    #: Attempts spent, this one included.
+    attempts: int
+    #: The claim's token, which every write of the attempt's outcome is conditional on.
+    token: str
+
+
+#: The columns a claim returns, in :class:`ClaimedRow` order (the token is the claim's).
+CLAIMED_COLUMNS = ("id", "message_id", "inbox", "host", "via", "lane", "ordering_key", "attempts")
+
+
+def claimed_row(values: Sequence[Any], token: str) -> ClaimedRow:
+    """A :class:`ClaimedRow` from the values of :data:`CLAIMED_COLUMNS`."""
+    pk, message_id, inbox, host, via, lane, ordering_key, attempts = values
+    return ClaimedRow(
+        pk, message_id, inbox, host, _json_list(via), lane, ordering_key, attempts, token
+    )
+
+
+def _json_list(value: object) -> list[str]:
+    """The ``via`` column as a list: PostgreSQL decodes JSON, SQLite returns text."""
+    decoded = json.loads(value) if isinstance(value, str) else value
+    return [str(url) for url in decoded] if isinstance(decoded, list) else []
+
+
+class MessageData(NamedTuple):
+    """The parts of a stored message that sending and recording need."""
+
+    id: int
+    sender: str
+    body: bytes
+    body_sha256: bytes
+    content_type: str
+    deadline: datetime | None
+    activity_type: str
+    synchronize_collection: bool
+    max_attempts: int
+
+
+def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
+    """The sending parts of the messages with ``ids``, in one query."""
+    rows = Message.objects.filter(id__in=list(ids)).values_list(
+        "id",
+        "sender",
+        "body",
+        "body_sha256",
+        "content_type",
+        "deadline",
+        "activity_type",
+        "synchronize_collection",
+        "max_attempts",
+    )
+    return {
+        row[0]: MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:]) for row in rows
+    }
+
+
+class ClaimCheck(NamedTuple):
+    """Whether a claimed delivery is still held by its claim, and its host's health."""
+
+    #: The token the row is claimed under now, or ``""`` when it is not being sent.
+    claimed_by: str
+    #: Whether the row's host has a :class:`~django_outbox.models.Host` row (is failing).
+    failing: bool
+
+
+def check_claims(ids: list[int]) -> dict[int, ClaimCheck]:
+    """For the deliveries ``ids``: who holds them now and whether their host is failing.
+
+    One query; the host test is one index probe a row, so that a batch whose
+    hosts are all healthy needs no ``DELETE`` of Host rows.  A Host row another
+    process commits after this read stands for a failure seen after this
+    batch's successes, and stays.
+    """
+    quote = connection.ops.quote_name
+    host, delivery = quote(Host._meta.db_table), quote(Delivery._meta.db_table)
+    name, column = quote("name"), quote("host")  # the models' own column names
+    exists = f"EXISTS (SELECT 1 FROM {host} WHERE {host}.{name} = {delivery}.{column})"
+    found = (
+        Delivery.objects.filter(id__in=ids, state=DeliveryState.SENDING)
+        .order_by()
+        .annotate(failing=RawSQL(exists, (), output_field=BooleanField()))
+        .values_list("id", "claimed_by", "failing")
+    )
+    return {pk: ClaimCheck(claimed_by, bool(failing)) for pk, claimed_by, failing in found}

@@ -1,0 +1,128 @@
+"""Reads that choose which deliveries a transition applies to.
+
+They change nothing: :mod:`django_outbox.store.transitions` makes each change,
+conditional on the state it found, so a row that moved on between the read
+and the write is simply left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+
+from django.db.models import Exists, F, Min, OuterRef
+from django.utils import timezone
+
+from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
+
+#: Rows one step of the sweeper touches at most.
+STEP = 5000
+#: Ids of deliveries to publish, by lane (the Celery queue).
+Lanes = dict[str, list[int]]
+
+
+def by_lane(rows: Iterable[tuple[int, str]]) -> Lanes:
+    """``(id, lane)`` pairs grouped into ids by lane."""
+    lanes: Lanes = {}
+    for pk, lane in rows:
+        lanes.setdefault(lane, []).append(pk)
+    return lanes
+
+
+def earlier_live_inboxes(ordering_key: str, inboxes: Sequence[str], message_id: int) -> set[str]:
+    """Inboxes with a live delivery of an earlier message under ``ordering_key``."""
+    return set(
+        Delivery.objects.filter(
+            ordering_key=ordering_key,
+            inbox__in=inboxes,
+            state__in=LIVE_STATES,
+            message_id__lt=message_id,
+        ).values_list("inbox", flat=True)
+    )
+
+
+def next_waiting(finished: Iterable[tuple[str, str]]) -> list[tuple[int, str]]:
+    """``(id, lane)`` of the delivery next in line behind each ``(ordering_key, inbox)``,
+    when that is a waiting one (nothing live is before it any more)."""
+    found: list[tuple[int, str]] = []
+    for key, inbox in set(finished):
+        if not key:
+            continue
+        first = (
+            Delivery.objects.filter(ordering_key=key, inbox=inbox, state__in=LIVE_STATES)
+            .order_by("message_id")
+            .values_list("id", "state", "lane")
+            .first()
+        )
+        if first is not None and first[1] == DeliveryState.WAITING:
+            found.append((first[0], first[2]))
+    return found
+
+
+def freed_pairs(message_id: int, ordering_key: str) -> list[tuple[str, str]]:
+    """``(ordering_key, inbox)`` of a message's waiting deliveries with nothing live before."""
+    earlier_live = Delivery.objects.filter(
+        ordering_key=ordering_key,
+        inbox=OuterRef("inbox"),
+        state__in=LIVE_STATES,
+        message_id__lt=message_id,
+    )
+    freed = Delivery.objects.filter(message_id=message_id, state=DeliveryState.WAITING).filter(
+        ~Exists(earlier_live)
+    )
+    return [(ordering_key, inbox) for inbox in freed.values_list("inbox", flat=True)]
+
+
+def stranded_pairs() -> list[tuple[str, str]]:
+    """``(ordering_key, inbox)`` whose waiting deliveries have nothing queued or sending
+    before them (a step's worth): left waiting by a crash between two writes."""
+    earlier_live = Delivery.objects.filter(
+        ordering_key=OuterRef("ordering_key"),
+        inbox=OuterRef("inbox"),
+        state__in=(DeliveryState.QUEUED, DeliveryState.SENDING),
+    )
+    stranded = (
+        Delivery.objects.filter(state=DeliveryState.WAITING)
+        .annotate(blocked=Exists(earlier_live))
+        .filter(blocked=False)
+        .values("ordering_key", "inbox")
+        .annotate(first=Min("id"))[:STEP]
+    )
+    return [(row["ordering_key"], row["inbox"]) for row in stranded]
+
+
+def not_yet_due(ids: Sequence[int], horizon: float) -> tuple[list[int], datetime | None]:
+    """Queued ids that come due within ``horizon`` seconds, and the earliest due time."""
+    now = timezone.now()
+    rows = list(
+        Delivery.objects.filter(
+            id__in=ids,
+            state=DeliveryState.QUEUED,
+            next_attempt_at__gt=now,
+            next_attempt_at__lte=now + timedelta(seconds=horizon),
+        ).values_list("id", "next_attempt_at")
+    )
+    if not rows:
+        return [], None
+    return [row[0] for row in rows], min(row[1] for row in rows)
+
+
+def expired() -> list[int]:
+    """Queued and waiting deliveries whose batch deadline has passed (a step's worth)."""
+    return list(
+        Delivery.objects.filter(
+            state__in=(DeliveryState.QUEUED, DeliveryState.WAITING),
+            message__deadline__lte=timezone.now(),
+        ).values_list("id", flat=True)[:STEP]
+    )
+
+
+def lapsed_and_spent() -> list[int]:
+    """Deliveries whose lease lapsed after they spent every attempt (a step's worth)."""
+    return list(
+        Delivery.objects.filter(
+            state=DeliveryState.SENDING,
+            lease_until__lt=timezone.now(),
+            attempts__gte=F("message__max_attempts"),
+        ).values_list("id", flat=True)[:STEP]
+    )

@@ -1,0 +1,361 @@
+"""Every change of a delivery's state, in one place: nothing else writes ``Delivery.state``.
+
+::
+
+                send()                             send() behind a live delivery
+      (none) ─────────────► queued ◄──────────────── waiting   with its ordering key
+                           │  ▲    promote: the one before it finished
+                     claim │  │ release, retry, hold, lease lapsed
+                           ▼  │
+                          sending ───► delivered │ refused │ skipped     (settled)
+                           │
+                           └─────────► failed   attempts or deadline spent, given up
+      queued, waiting ─────────────► failed     deadline passed, given up by hand
+      any final state ─────────────► queued or waiting          requeue
+      any final state, past retention ───► deleted              prune
+
+Every write is conditional on the state it leaves, and a claimed row's on its
+claim's token as well, so a duplicated Celery message, a second worker or an
+attempt whose lease was taken over finds nothing to change.  Attempts are
+counted at claim time and given back when nothing was sent (a hold, a release,
+a skip, an expiry), so a delivery that kills its worker every time still ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from django_outbox.backoff import decide
+from django_outbox.conf import conf
+from django_outbox.hosts import record_failures, record_successes
+from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message, locked
+from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome, server_failed
+from django_outbox.store.bulk_insert import bulk_insert
+from django_outbox.store.claimed import (
+    CLAIMED_COLUMNS,
+    ClaimedRow,
+    check_claims,
+    claimed_row,
+)
+from django_outbox.store.grouped_updates import GroupedUpdates
+from django_outbox.store.queries import (
+    STEP,
+    Lanes,
+    by_lane,
+    earlier_live_inboxes,
+    freed_pairs,
+    next_waiting,
+    stranded_pairs,
+)
+from django_outbox.validation import inbox_host
+
+_UNSPEND = F("attempts") - 1
+_UNCLAIMED: dict[str, Any] = {"claimed_by": "", "lease_until": None}
+_SETTLED = {
+    AttemptResult.DELIVERED: DeliveryState.DELIVERED,
+    AttemptResult.REFUSED: DeliveryState.REFUSED,
+    AttemptResult.SKIPPED: DeliveryState.SKIPPED,
+}
+
+
+# ------------------------------------------------------------------ created ---
+
+
+def create_deliveries(
+    message: Message, inboxes: Sequence[str], via: Mapping[str, list[str]] | None = None
+) -> tuple[Lanes, bool]:
+    """Insert one delivery per inbox; the ids to publish, and whether any wait.
+
+    ``via`` gives the gateways of portable inboxes; such a delivery's host is
+    its first gateway's.  Deliveries behind a live one with the same ordering
+    key to their inbox are written ``waiting`` and not returned: they are
+    queued when it finishes.
+    """
+    via = via or {}
+    vias = [via.get(inbox, []) for inbox in inboxes]
+    hosts = [
+        inbox_host(gateways[0] if gateways else inbox)
+        for inbox, gateways in zip(inboxes, vias, strict=True)
+    ]
+    waiting = _waiting_inboxes(message, inboxes)
+    queued = bulk_insert(message, inboxes, hosts, vias, waiting, timezone.now())
+    return ({message.lane: queued} if queued else {}), bool(waiting)
+
+
+def _waiting_inboxes(message: Message, inboxes: Sequence[str]) -> set[str]:
+    """Inboxes that still have a live delivery sent earlier with the same ordering key."""
+    if not message.ordering_key:
+        return set()
+    if connection.vendor == "postgresql":
+        # Sends with one key take turns until they commit, so that each sees
+        # the rows of the one before it (SQLite writers take turns anyway).
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [message.ordering_key])
+    return earlier_live_inboxes(message.ordering_key, inboxes, message.pk)
+
+
+def promote_freed(message_id: int, ordering_key: str) -> Lanes:
+    """Queue the waiting deliveries of a message that nothing live is before any more.
+
+    Run once a send's rows commit: the delivery each waited for may have
+    finished before they were visible, and then found no successor to queue.
+    """
+    return promote_successors(freed_pairs(message_id, ordering_key))
+
+
+def promote_successors(finished: Iterable[tuple[str, str]]) -> Lanes:
+    """Queue the next waiting delivery of each finished ``(ordering_key, inbox)``."""
+    promoted: list[tuple[int, str]] = []
+    for pk, lane in next_waiting(finished):
+        now = timezone.now()
+        if Delivery.objects.filter(id=pk, state=DeliveryState.WAITING).update(
+            state=DeliveryState.QUEUED, next_attempt_at=now, dispatched_at=now
+        ):
+            promoted.append((pk, lane))
+    return by_lane(promoted)
+
+
+def free_stranded() -> Lanes:
+    """Queue the first waiting delivery of each key and inbox with nothing live before it."""
+    return promote_successors(stranded_pairs())
+
+
+# ------------------------------------------------------------------ claimed ---
+
+
+def claim(ids: Sequence[int], token: str) -> list[ClaimedRow]:
+    """Claim whichever of ``ids`` are queued and due, counting one attempt each.
+
+    One ``UPDATE ... RETURNING`` (PostgreSQL, and SQLite 3.35+): a claim costs
+    one round trip, and a row another claim took is simply not returned.
+    """
+    if not ids:
+        return []
+    now = timezone.now()
+    lease = now + timedelta(seconds=conf.LEASE_SECONDS)
+    table = connection.ops.quote_name(Delivery._meta.db_table)
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"UPDATE {table} SET state = %s, claimed_by = %s, lease_until = %s, "
+        f"attempts = attempts + 1 WHERE id IN ({marks}) AND state = %s "
+        f"AND next_attempt_at <= %s RETURNING {', '.join(CLAIMED_COLUMNS)}"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    params = [DeliveryState.SENDING.value, token, adapt(lease), *ids]
+    params += [DeliveryState.QUEUED.value, adapt(now)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [claimed_row(values, token) for values in cursor.fetchall()]
+
+
+def release(rows: Sequence[ClaimedRow]) -> Lanes:
+    """Give claimed deliveries back unsent, their attempt refunded; the ids to publish.
+
+    One statement per claim token, in one transaction: a stopping worker may hold
+    hundreds, and on SQLite each commit is a disk sync.  A row that finished
+    meanwhile is left alone, and its Celery message will find nothing to claim.
+    """
+    by_token: dict[str, list[int]] = {}
+    for row in rows:
+        by_token.setdefault(row.token, []).append(row.id)
+    now = timezone.now()
+    with transaction.atomic():
+        for token, ids in by_token.items():
+            Delivery.objects.filter(
+                id__in=ids, claimed_by=token, state=DeliveryState.SENDING
+            ).update(
+                state=DeliveryState.QUEUED,
+                attempts=_UNSPEND,
+                next_attempt_at=now,
+                dispatched_at=now,
+                **_UNCLAIMED,
+            )
+    return by_lane((row.id, row.lane) for row in rows)
+
+
+# ----------------------------------------------------------------- outcomes ---
+
+
+@dataclass
+class OutcomePlan:
+    """The changes a batch of outcomes makes, decided before any is saved."""
+
+    #: Each outcome whose claim still held, with the fields it sets on its row.
+    decided: list[tuple[Outcome, dict[str, Any]]] = field(default_factory=list)
+    #: Retries due soon enough to ride on a Celery countdown: seconds -> ids by lane.
+    retries: dict[int, Lanes] = field(default_factory=dict)
+    #: ``(ordering_key, inbox)`` of deliveries that finished, to free their successors.
+    finished: list[tuple[str, str]] = field(default_factory=list)
+    updates: GroupedUpdates = field(default_factory=GroupedUpdates)
+    succeeded: set[str] = field(default_factory=set)
+    recovered: set[str] = field(default_factory=set)
+    failing: set[str] = field(default_factory=set)
+
+
+def plan_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
+    """Decide the new state of each delivery whose claim still holds; write nothing."""
+    now = timezone.now()
+    plan = OutcomePlan()
+    claims = check_claims([outcome.row.id for outcome in outcomes])
+    done: set[int] = set()
+    for outcome in outcomes:
+        row = outcome.row
+        check = claims.get(row.id)
+        if check is None or check.claimed_by != row.token or row.id in done:
+            continue
+        done.add(row.id)
+        if outcome.result is AttemptResult.DELIVERED:
+            plan.succeeded.add(row.host)
+            if check.failing:
+                plan.recovered.add(row.host)
+        elif outcome.result is AttemptResult.RETRY and server_failed(outcome.status):
+            plan.failing.add(row.host)
+        fields = _fields_for(outcome, now, plan)
+        plan.updates.add(row.token, row.id, fields)
+        plan.decided.append((outcome, fields))
+    return plan
+
+
+def _fields_for(outcome: Outcome, now: datetime, plan: OutcomePlan) -> dict[str, Any]:
+    """The new field values of the row after ``outcome``, noting retries and successors."""
+    row = outcome.row
+    fields: dict[str, Any] = {"last_status": outcome.status, "last_error": outcome.error[:2000]}
+    if outcome.result in UNSPENT_RESULTS:
+        fields["attempts"] = _UNSPEND
+    if outcome.result in _SETTLED:
+        fields.update(state=_SETTLED[outcome.result], finished_at=now)
+        plan.finished.append((row.ordering_key, row.inbox))
+        return fields | _UNCLAIMED
+    decision = decide(outcome, now)
+    if decision.retry_at is None:
+        error = f"{decision.give_up}: {outcome.error}" if outcome.error else decision.give_up
+        fields.update(
+            state=DeliveryState.FAILED,
+            finished_at=now,
+            deadline_reached=decision.deadline,
+            last_error=error[:2000],
+        )
+        plan.finished.append((row.ordering_key, row.inbox))
+        return fields | _UNCLAIMED
+    wait = (decision.retry_at - now).total_seconds()
+    parked = wait > conf.COUNTDOWN_LIMIT
+    fields.update(
+        state=DeliveryState.QUEUED,
+        next_attempt_at=decision.retry_at,
+        dispatched_at=None if parked else now,
+    )
+    if not parked:
+        lanes = plan.retries.setdefault(max(0, int(wait + 0.999)), {})
+        lanes.setdefault(row.lane, []).append(row.id)
+    return fields | _UNCLAIMED
+
+
+def save_outcomes(plan: OutcomePlan) -> None:
+    """Write what :func:`plan_outcomes` decided, and the hosts' health, in one transaction."""
+    with transaction.atomic():
+        for condition, values in plan.updates.statements():
+            Delivery.objects.filter(condition, state=DeliveryState.SENDING).update(**values)
+        # Only hosts that had a Host row when the batch was read: a row another
+        # process writes after that is a failure seen after this success.
+        record_successes(plan.recovered)
+        record_failures(plan.failing - plan.succeeded)
+
+
+# ------------------------------------------------------ by hand and by sweep ---
+
+
+def give_up(ids: Iterable[int], reason: str, *, deadline: bool = False) -> list[Delivery]:
+    """Fail the live deliveries among ``ids`` now; the rows failed, with their new state."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(
+            locked(Delivery.objects.filter(id__in=list(ids), state__in=LIVE_STATES))
+            .select_related("message")
+            .defer("message__body", "message__pending_inboxes")
+        )
+        Delivery.objects.filter(id__in=[row.pk for row in rows], state__in=LIVE_STATES).update(
+            state=DeliveryState.FAILED,
+            last_error=reason,
+            deadline_reached=deadline,
+            finished_at=now,
+            **_UNCLAIMED,
+        )
+    for row in rows:
+        row.state, row.last_error, row.deadline_reached = DeliveryState.FAILED, reason, deadline
+        row.finished_at, row.claimed_by, row.lease_until = now, "", None
+    return rows
+
+
+def requeue(ids: Iterable[int]) -> tuple[Lanes, int]:
+    """Queue the finished deliveries among ``ids`` again, with a fresh attempt budget.
+
+    One with an ordering key waits again if an earlier delivery with that key to
+    its inbox is still live.  Returns the ids to publish (those not waiting) and
+    how many were requeued in all.
+    """
+    now = timezone.now()
+    final = Delivery.objects.filter(state__in=FINAL_STATES)
+    rows = list(
+        final.filter(id__in=list(ids)).values_list(
+            "id", "lane", "ordering_key", "inbox", "message_id"
+        )
+    )
+    behind = {
+        pk
+        for pk, _, key, inbox, message_id in rows
+        if key
+        and Delivery.objects.filter(
+            ordering_key=key, inbox=inbox, state__in=LIVE_STATES, message_id__lt=message_id
+        ).exists()
+    }
+    fresh = {"attempts": 0, "next_attempt_at": now, "deadline_reached": False, "finished_at": None}
+    fresh |= _UNCLAIMED
+    final.filter(id__in=behind).update(state=DeliveryState.WAITING, dispatched_at=None, **fresh)
+    queued = [(pk, lane) for pk, lane, *_ in rows if pk not in behind]
+    final.filter(id__in=[pk for pk, _ in queued]).update(
+        state=DeliveryState.QUEUED, dispatched_at=now, **fresh
+    )
+    return by_lane(queued), len(rows)
+
+
+def reclaim_lapsed() -> Lanes:
+    """Queue again the deliveries whose worker's lease ran out, with attempts left."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows = list(
+            locked(
+                Delivery.objects.filter(
+                    state=DeliveryState.SENDING,
+                    lease_until__lt=now,
+                    attempts__lt=F("message__max_attempts"),
+                )
+            ).values_list("id", "lane")[:STEP]
+        )
+        Delivery.objects.filter(id__in=[pk for pk, _ in rows], state=DeliveryState.SENDING).update(
+            state=DeliveryState.QUEUED,
+            next_attempt_at=now,
+            dispatched_at=now,
+            last_error="the worker's lease lapsed before it reported back",
+            **_UNCLAIMED,
+        )
+    return by_lane(rows)
+
+
+def prune() -> int:
+    """Delete finished deliveries, and then messages, older than the retention period."""
+    cutoff = timezone.now() - timedelta(seconds=conf.RETENTION_SECONDS)
+    ids = list(
+        Delivery.objects.filter(state__in=FINAL_STATES, finished_at__lt=cutoff).values_list(
+            "id", flat=True
+        )[:STEP]
+    )
+    deleted, _ = Delivery.objects.filter(id__in=ids).delete()
+    Message.objects.filter(created_at__lt=cutoff, pending_inboxes="", deliveries=None).delete()
+    return deleted

@@ -1,0 +1,32 @@
+"""HTTP transport for deliveries: the SSRF guard, pooled connections, bounded requests.
+
+Nothing here imports Django: the worker hands it a URL, headers and a body and
+gets back a :class:`Response` or a :class:`TransportError`.  ``client`` holds
+the :class:`Transport`, ``addresses`` the check of where a request may go,
+``pool`` the pinned connection pools and the deadline watchdog, ``errors`` the
+error tree.
+"""
+
+from django_outbox.transport.client import Response, Transport, retry_after_seconds
+from django_outbox.transport.errors import (
+    BlockedAddress,
+    ConnectFailed,
+    ProtocolFailed,
+    ResolveError,
+    TimedOut,
+    TLSFailed,
+    TransportError,
+)
+
+__all__ = [
+    "BlockedAddress",
+    "ConnectFailed",
+    "ProtocolFailed",
+    "ResolveError",
+    "Response",
+    "TLSFailed",
+    "TimedOut",
+    "Transport",
+    "TransportError",
+    "retry_after_seconds",
+]

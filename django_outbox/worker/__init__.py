@@ -1,0 +1,7 @@
+"""The worker side of delivery: what a Celery worker process runs.
+
+``process`` keeps one process's engine, recorder, transport and caches, and
+turns a task's delivery ids into jobs; ``engine`` runs jobs concurrently with
+per-host caps; ``attempt`` makes one attempt (breaker, signing, POST);
+``recorder`` saves the outcomes in batches through the store's transitions.
+"""
