@@ -1,0 +1,4 @@
+"""HTTP transport for deliveries: URL parsing, the SSRF guard, pooled connections.
+
+No Django import.
+"""
