@@ -4,7 +4,8 @@ Nothing here imports Django: the worker hands it a URL, headers and a body and
 gets back a :class:`Response` or a :class:`TransportError`.  ``client`` holds
 the :class:`Transport`, ``addresses`` the check of where a request may go,
 ``pool`` the pinned connection pools and the deadline watchdog, ``errors`` the
-error tree.
+error tree, ``target`` the one parser of inbox URLs, ``special_addresses`` the
+IANA table of addresses no delivery may reach.
 """
 
 from django_outbox.transport.client import Response, Transport, retry_after_seconds
