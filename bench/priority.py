@@ -51,11 +51,11 @@ def _wait_expanded(message_id: int, timeout: float) -> float | None:
     and a priority message would be served in the gap whatever the queue order.
     Returns the seconds waited, None if ``timeout`` passed.
     """
-    from django_outbox.models import Message
+    from django_outbox.models import PendingInboxes
 
     started = time.monotonic()
     while time.monotonic() - started < timeout:
-        if not Message.objects.filter(pk=message_id).values_list("pending_inboxes", flat=True)[0]:
+        if not PendingInboxes.objects.filter(message_id=message_id).exists():
             return time.monotonic() - started
         time.sleep(0.1)
     return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -64,7 +65,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         return obj.last_error[:80]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Delivery]:
-        return super().get_queryset(request).defer("message__body", "message__pending_inboxes")
+        return super().get_queryset(request).defer("message__body")
 
     def has_manage_permission(self, request: HttpRequest) -> bool:
         """Requeueing and giving up need the permission to change deliveries."""
@@ -88,7 +89,7 @@ class MessageAdmin(ReadOnlyAdmin):
     list_display = ("id", "activity_type", "sender", "tag", "lane", "inbox_count", "progress")
     list_filter = ("lane", "activity_type")
     search_fields = ("sender", "tag")
-    exclude = ("body", "pending_inboxes")
+    exclude = ("body",)
     readonly_fields = ("body_text",)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Message]:
@@ -102,7 +103,7 @@ class MessageAdmin(ReadOnlyAdmin):
         queryset: QuerySet[Message] = (
             super()
             .get_queryset(request)
-            .defer("body", "pending_inboxes")
+            .defer("body")
             .annotate(
                 live=Count("deliveries", filter=live),
                 delivered=Count("deliveries", filter=Q(deliveries__state=DeliveryState.DELIVERED)),
@@ -144,15 +145,29 @@ class HostAdmin(ReadOnlyAdmin):
         return [path("breakers/", view, name="django_outbox_breakers"), *super().get_urls()]
 
     def breakers_view(self, request: HttpRequest) -> HttpResponse:
-        """List open and half-open breakers; POST resets the selected ones."""
+        """List open and half-open breakers; POST resets the selected ones.
+
+        Breaker keys name destinations (and, scoped per inbox, inbox URLs), so the
+        page needs the permission to view hosts, and resetting the one to change them.
+        """
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        can_reset = self.has_manage_permission(request)
+        if request.method == "POST" and not can_reset:
+            raise PermissionDenied
         store = configured_store()
         error = ""
         try:
-            if request.method == "POST" and self.has_manage_permission(request):
+            if request.method == "POST":
                 for key in request.POST.getlist("key"):
                     store.reset(key)
             states = store.states()
         except BreakerStoreUnavailable as failure:
             states, error = [], str(failure)
-        context = {**self.admin_site.each_context(request), "states": states, "error": error}
+        context = {
+            **self.admin_site.each_context(request),
+            "states": states,
+            "error": error,
+            "can_reset": can_reset,
+        }
         return TemplateResponse(request, "admin/django_outbox/breakers.html", context)

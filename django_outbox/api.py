@@ -1,8 +1,9 @@
 """The public entry points: :data:`outbox` and its methods.
 
 ``outbox.send`` checks everything first and raises a typed error writing
-nothing; then it writes the rows in the caller's transaction and hands them
-to Celery only once that transaction commits.  A rolled-back view sends
+nothing (whatever a worker would fail on for every attempt is refused here:
+see ``docs/security.md``); then it writes the rows in the caller's transaction
+and hands them to Celery only once that transaction commits.  A rolled-back view sends
 nothing; a committed one is never lost, because the sweeper dispatches
 whatever the broker did not get.
 """
@@ -19,12 +20,20 @@ from django.db.models import QuerySet
 from django_outbox.batch import Batch
 from django_outbox.conf import conf
 from django_outbox.dispatch import start_expansion_on_commit
-from django_outbox.exceptions import UnknownSender
-from django_outbox.fanout import choose_lane, write_deliveries
+from django_outbox.exceptions import InvalidBatch, InvalidInbox
+from django_outbox.fanout import choose_lane, store_pending, write_deliveries
 from django_outbox.models import Delivery, Message
 from django_outbox.operations import give_up, requeue
 from django_outbox.portable import PortableInbox
-from django_outbox.validation import activity_type, actor_id, clean_inboxes, serialise_activity
+from django_outbox.validation import (
+    activity_type,
+    actor_id,
+    check_content_type,
+    check_inbox_count,
+    check_sender_key,
+    clean_inboxes,
+    serialise_activity,
+)
 
 
 class Outbox:
@@ -45,9 +54,13 @@ class Outbox:
         until it commits.  Returns the stored message, or ``None`` when
         ``inboxes`` is empty.  Raises a subclass of
         :class:`~django_outbox.exceptions.InvalidSend` for bad input, having
-        written nothing.
+        written nothing: an inbox the transport would read otherwise than it is
+        stored, more than ``OUTBOX_MAX_INBOXES`` inboxes, a value too long for
+        its column, a content type or key a worker could not send with.  Inboxes
+        are stored in canonical form (``HTTPS://Example.com:443/a`` as
+        ``https://example.com/a``).
         """
-        targets = clean_inboxes(inboxes)
+        targets = clean_inboxes(inboxes, conf.MAX_INBOXES)
         return self._queue(actor, activity, targets, {}, batch, content_type)
 
     def send_portable(
@@ -60,9 +73,21 @@ class Outbox:
         content_type: str = "application/activity+json",
     ) -> Message | None:
         """:meth:`send` to FEP-ef61 portable inboxes, each through its gateways in order."""
+        if isinstance(inboxes, str | bytes | bytearray):
+            raise InvalidInbox("inboxes must be a list of PortableInbox, not a single string")
+        try:
+            items = iter(inboxes)
+        except TypeError:
+            raise InvalidInbox(
+                f"inboxes must be an iterable of PortableInbox, not {type(inboxes).__name__}"
+            ) from None
         via: dict[str, list[str]] = {}
-        for portable in inboxes:
-            via.setdefault(portable.inbox, portable.targets())
+        for portable in items:
+            if not isinstance(portable, PortableInbox):
+                raise InvalidInbox(f"{type(portable).__name__} is not a PortableInbox")
+            if portable.inbox not in via:
+                via[portable.inbox] = portable.targets()
+                check_inbox_count(len(via), conf.MAX_INBOXES)
         return self._queue(actor, activity, list(via), via, batch, content_type)
 
     def _queue(
@@ -74,11 +99,15 @@ class Outbox:
         batch: Batch | None,
         content_type: str,
     ) -> Message | None:
-        batch = batch or Batch()
+        if batch is None:
+            batch = Batch()
+        elif not isinstance(batch, Batch):
+            raise InvalidBatch(f"batch must be a Batch, not {type(batch).__name__}")
         sender = actor_id(actor)
         body = serialise_activity(activity, conf.MAX_BODY_BYTES)
-        if conf.KEY_RESOLVER(sender) is None:
-            raise UnknownSender(f"the key resolver has no key for {sender!r}")
+        kind = activity_type(activity)
+        content_type = check_content_type(content_type)
+        check_sender_key(sender, conf.KEY_RESOLVER(sender))
         if not targets:
             return None
         max_attempts = min(batch.max_attempts or conf.MAX_ATTEMPTS, conf.MAX_ATTEMPTS)
@@ -89,7 +118,7 @@ class Outbox:
                 body=body,
                 body_sha256=hashlib.sha256(body).digest(),
                 content_type=content_type,
-                activity_type=activity_type(activity),
+                activity_type=kind,
                 tag=batch.tag or "",
                 deadline=batch.deadline,
                 ordering_key=batch.ordering_key or "",
@@ -97,11 +126,11 @@ class Outbox:
                 synchronize_collection=batch.synchronize_collection,
                 max_attempts=max_attempts,
                 inbox_count=len(targets),
-                pending_inboxes="" if inline else "\n".join(targets),
             )
             if inline:
                 write_deliveries(message, targets, via)
             else:
+                store_pending(message, targets)
                 start_expansion_on_commit(message.pk, message.lane)
         return message
 

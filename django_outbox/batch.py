@@ -29,4 +29,13 @@ class Batch:
     synchronize_collection: bool = False
 
     def __post_init__(self) -> None:
-        check_batch_options(self.tag, self.deadline, self.ordering_key, self.max_attempts)
+        check_batch_options(
+            self.tag,
+            self.deadline,
+            self.ordering_key,
+            self.max_attempts,
+            {
+                "low_priority": self.low_priority,
+                "synchronize_collection": self.synchronize_collection,
+            },
+        )

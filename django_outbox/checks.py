@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
+from django_outbox import columns
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.signing.http import Scheme
@@ -14,6 +15,7 @@ from django_outbox.transport.addresses import parse_networks
 
 _POSITIVE = (
     "MAX_BODY_BYTES",
+    "MAX_INBOXES",
     "CHUNK_SIZE",
     "MAX_ATTEMPTS",
     "CONCURRENCY",
@@ -61,6 +63,14 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             errors.append(
                 Error(f"OUTBOX_{name} must be a positive number.", id="django_outbox.E006")
             )
+    if conf.MAX_ATTEMPTS > columns.SMALL_INTEGER:
+        errors.append(
+            Error(
+                f"OUTBOX_MAX_ATTEMPTS must be at most {columns.SMALL_INTEGER}.",
+                hint="Attempts are stored in a small integer column.",
+                id="django_outbox.E007",
+            )
+        )
     if conf.LEASE_SECONDS < 2 * conf.TOTAL_TIMEOUT + 10:
         errors.append(
             Warning(

@@ -63,6 +63,12 @@ class Settings:
         return int(_get("OUTBOX_MAX_BODY_BYTES", MiB))
 
     @property
+    def MAX_INBOXES(self) -> int:
+        """Most distinct inboxes one ``send`` accepts (100,000: every server of the
+        fediverse, about 30,000 today, three times over)."""
+        return int(_get("OUTBOX_MAX_INBOXES", 100_000))
+
+    @property
     def PRIORITY_MAX_INBOXES(self) -> int:
         """A send to at most this many inboxes goes to the priority lane."""
         return int(_get("OUTBOX_PRIORITY_MAX_INBOXES", 5))

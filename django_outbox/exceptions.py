@@ -25,7 +25,14 @@ class InvalidSend(OutboxError, ValueError):
 
 
 class InvalidInbox(InvalidSend):
-    """An inbox is not an absolute http(s) URL without credentials or fragment."""
+    """An inbox is not an http(s) URL that every part of the package reads alike.
+
+    See :func:`django_outbox.transport.target.parse_target` for what is refused.
+    """
+
+
+class TooManyInboxes(InvalidSend):
+    """One send names more distinct inboxes than ``OUTBOX_MAX_INBOXES``."""
 
 
 class InvalidActivity(InvalidSend):
@@ -37,7 +44,13 @@ class BodyTooLarge(InvalidSend):
 
 
 class UnknownSender(InvalidSend):
-    """The key resolver has no signing key for the actor."""
+    """The actor has no usable id, or the key resolver has no signing key for it."""
+
+
+class InvalidSenderKey(InvalidSend):
+    """The key resolver returned a key that cannot sign: not a :class:`SenderKey`, a key
+    id that cannot be written into a signature, or a PEM that is not an unencrypted RSA
+    or Ed25519 private key."""
 
 
 class InvalidBatch(InvalidSend):

@@ -1,9 +1,10 @@
 """Writing the delivery rows of a send, in the caller's transaction or a worker's.
 
 Small sends write their rows inside ``outbox.send``; a large fan-out stores
-its inbox list on the message and a worker expands it here in slices, each
-slice committed and dispatched before the next is written, so the first
-deliveries start while the rest are still being written.
+its inbox list in slices (:class:`~django_outbox.models.PendingInboxes`) and a
+worker expands it here slice by slice, each slice committed and dispatched
+before the next is written, so the first deliveries start while the rest are
+still being written, and no row and no worker holds the whole list.
 """
 
 from __future__ import annotations
@@ -14,11 +15,15 @@ from django.db import transaction
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish, publish_on_commit
-from django_outbox.models import Delivery, Lane, Message
+from django_outbox.models import Lane, Message, PendingInboxes
 from django_outbox.store.transitions import create_deliveries, promote_freed
 
+#: Inboxes in the first slice of a fan-out, small so that sending starts soon.
 FIRST_SLICE = 500
+#: Inboxes in each further slice: one transaction of the expansion each.
 SLICE = 5000
+#: Characters a slice holds at most: a slice of long URLs holds fewer of them.
+SLICE_CHARS = 1 << 20
 
 
 def choose_lane(inbox_count: int, low_priority: bool) -> str:
@@ -51,24 +56,57 @@ def write_deliveries(
         transaction.on_commit(promote_freed_deliveries, robust=True)
 
 
+def pending_slices(inboxes: Sequence[str]) -> list[str]:
+    """The inboxes as slice texts, one URL a line: ``FIRST_SLICE``, then ``SLICE`` each.
+
+    A slice is halved until it holds at most ``SLICE_CHARS`` characters.
+    """
+    texts: list[str] = []
+    start, size = 0, FIRST_SLICE
+    while start < len(inboxes):
+        part = inboxes[start : start + size]
+        text = "\n".join(part)
+        while len(text) > SLICE_CHARS and len(part) > 1:
+            part = part[: len(part) // 2]
+            text = "\n".join(part)
+        texts.append(text)
+        start += len(part)
+        size = SLICE
+    return texts
+
+
+def store_pending(message: Message, inboxes: Sequence[str]) -> None:
+    """Store the inboxes of a large fan-out in slices, in one INSERT, for :func:`expand`."""
+    PendingInboxes.objects.bulk_create(
+        PendingInboxes(message=message, seq=seq, inboxes=text)
+        for seq, text in enumerate(pending_slices(inboxes))
+    )
+
+
 def expand(message_id: int) -> int:
     """Write and dispatch the deliveries of a large fan-out; returns how many it wrote.
 
-    Safe to run again after a crash: inboxes that already have a row are
-    skipped, and the list is cleared only once every slice is written.
+    Each slice's rows are written and the slice deleted in one transaction, and
+    dispatched once it commits: after a crash the expansion runs again from the
+    first slice left, and of two expansions of one message (the sweeper re-runs
+    one it takes for lost) each slice is taken by one.  Memory holds one slice.
     """
-    message = Message.objects.filter(pk=message_id).first()
-    if message is None or not message.pending_inboxes:
+    message = Message.objects.defer("body").filter(pk=message_id).first()
+    if message is None:
         return 0
-    done = set(Delivery.objects.filter(message=message).values_list("inbox", flat=True))
-    todo = [i for i in message.pending_inboxes.split("\n") if i and i not in done]
-    written = 0
-    size = FIRST_SLICE
-    while written < len(todo):
-        part = todo[written : written + size]
+    written, after = 0, -1
+    while True:
         with transaction.atomic():
-            write_deliveries(message, part)
-        written += len(part)
-        size = SLICE
-    Message.objects.filter(pk=message_id).update(pending_inboxes="")
-    return written
+            pending = (
+                PendingInboxes.objects.filter(message_id=message_id, seq__gt=after)
+                .order_by("seq")
+                .first()
+            )
+            if pending is None:
+                return written
+            after = pending.seq
+            taken, _ = PendingInboxes.objects.filter(pk=pending.pk).delete()
+            if taken:
+                inboxes = [inbox for inbox in pending.inboxes.split("\n") if inbox]
+                write_deliveries(message, inboxes)
+                written += len(inboxes)

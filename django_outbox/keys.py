@@ -43,6 +43,7 @@ __all__ = [
     "generate_rsa_pem",
     "load_private_key",
     "public_pem",
+    "valid_key_id",
 ]
 
 PrivateKey = RSAPrivateKey | Ed25519PrivateKey
@@ -128,6 +129,16 @@ def _load_cached(pem: str) -> PrivateKey:
     return key
 
 
+def _load_or_reason(pem: str) -> PrivateKey | str:
+    """The parsed key, or why it cannot be used; the failure's frames are dropped here."""
+    if not isinstance(pem, str):
+        return f"a private key PEM must be a string, not {type(pem).__name__}"
+    try:
+        return _load_cached(pem)
+    except InvalidSigningKey as error:
+        return str(error)
+
+
 def load_private_key(pem: str) -> PrivateKey:
     """Parse an unencrypted PEM private key (PKCS#8 or traditional), cached per process.
 
@@ -136,8 +147,32 @@ def load_private_key(pem: str) -> PrivateKey:
     for parsing on every attempt.  Raises :class:`InvalidSigningKey` for
     anything that is not an RSA or Ed25519 private key (EC, DSA, encrypted PEMs,
     public keys, garbage); failures are not cached.
+
+    The error is raised with no cause and from a frame that no longer holds the
+    PEM: error trackers that record the local variables of every frame (Sentry
+    does by default) must not receive the key.
     """
-    return _load_cached(pem)
+    loaded = _load_or_reason(pem)
+    del pem
+    if isinstance(loaded, str):
+        raise InvalidSigningKey(loaded)
+    return loaded
+
+
+def valid_key_id(key_id: object) -> bool:
+    """Whether ``key_id`` can be written into a signature as it is.
+
+    The key id goes inside a quoted string (draft-cavage) and a structured-field
+    String (RFC 9421): printable ASCII without quotes or backslashes needs no escaping.
+    """
+    return (
+        isinstance(key_id, str)
+        and bool(key_id)
+        and key_id.isascii()
+        and key_id.isprintable()
+        and '"' not in key_id
+        and "\\" not in key_id
+    )
 
 
 def generate_rsa_pem(bits: int = 2048) -> str:
@@ -152,8 +187,16 @@ def generate_ed25519_pem() -> str:
 
 
 def public_pem(private_pem: str) -> str:
-    """Return the SubjectPublicKeyInfo PEM of a private key, as an actor document publishes it."""
-    public = load_private_key(private_pem).public_key()
+    """Return the SubjectPublicKeyInfo PEM of a private key, as an actor document publishes it.
+
+    Raises :class:`InvalidSigningKey` as :func:`load_private_key` does, from a frame
+    that no longer holds the private key.
+    """
+    loaded = _load_or_reason(private_pem)
+    del private_pem
+    if isinstance(loaded, str):
+        raise InvalidSigningKey(loaded)
+    public = loaded.public_key()
     return public.public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ).decode("ascii")

@@ -13,6 +13,8 @@ from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
+from django_outbox import columns
+
 
 class DeliveryState(models.TextChoices):
     """The closed set of states a delivery can be in.
@@ -56,22 +58,22 @@ class Lane(models.TextChoices):
 class Message(models.Model):
     """One activity as it is sent: its bytes, its sender and its batch options."""
 
-    sender = models.CharField(max_length=2048, help_text="The actor id the body is signed as.")
+    sender = models.CharField(
+        max_length=columns.URL, help_text="The actor id the body is signed as."
+    )
     body = models.BinaryField(help_text="The exact bytes POSTed to every inbox.")
     body_sha256 = models.BinaryField(max_length=32, help_text="SHA-256 of body, computed once.")
-    content_type = models.CharField(max_length=200, default="application/activity+json")
-    activity_type = models.CharField(max_length=100, blank=True)
-    tag = models.CharField(max_length=200, blank=True, db_index=True)
+    content_type = models.CharField(
+        max_length=columns.CONTENT_TYPE, default="application/activity+json"
+    )
+    activity_type = models.CharField(max_length=columns.ACTIVITY_TYPE, blank=True)
+    tag = models.CharField(max_length=columns.TAG, blank=True, db_index=True)
     deadline = models.DateTimeField(null=True, blank=True)
-    ordering_key = models.CharField(max_length=500, blank=True)
+    ordering_key = models.CharField(max_length=columns.ORDERING_KEY, blank=True)
     lane = models.CharField(max_length=20, choices=Lane.choices, default=Lane.DEFAULT)
     synchronize_collection = models.BooleanField(default=False)
     max_attempts = models.PositiveSmallIntegerField(help_text="Attempts each delivery may spend.")
     inbox_count = models.PositiveIntegerField(default=0)
-    pending_inboxes = models.TextField(
-        blank=True,
-        help_text="Inboxes, one per line, not yet written as deliveries (large fan-outs).",
-    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
 
     class Meta:
@@ -82,12 +84,36 @@ class Message(models.Model):
         return f"{label} #{self.pk} from {self.sender}"
 
 
+class PendingInboxes(models.Model):
+    """A slice of a large fan-out's inboxes, not yet written as deliveries.
+
+    ``send`` stores the inboxes of a fan-out above ``OUTBOX_INLINE_FANOUT`` in
+    slices (one URL a line, a few thousand a slice), so that no row grows with the
+    size of the fan-out; a worker turns each slice into deliveries and deletes it in
+    one transaction (:func:`django_outbox.fanout.expand`).
+    """
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="pending")
+    seq = models.PositiveIntegerField(help_text="Slices are expanded in this order.")
+    inboxes = models.TextField(help_text="Inbox URLs, one per line.")
+
+    class Meta:
+        verbose_name_plural = "pending inboxes"
+        ordering = ("message", "seq")
+        constraints = [
+            models.UniqueConstraint(fields=("message", "seq"), name="django_outbox_pending_slice"),
+        ]
+
+    def __str__(self) -> str:
+        return f"slice {self.seq} of message #{self.message_id}"
+
+
 class Delivery(models.Model):
     """One inbox's copy of a message, and everything known about sending it."""
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="deliveries")
-    inbox = models.CharField(max_length=2048)
-    host = models.CharField(max_length=255, db_index=True)
+    inbox = models.CharField(max_length=columns.URL)
+    host = models.CharField(max_length=columns.HOST, db_index=True)
     via = models.JSONField(
         default=list, blank=True, help_text="Gateways to try in order (portable inboxes)."
     )
@@ -95,7 +121,7 @@ class Delivery(models.Model):
         max_length=10, choices=DeliveryState.choices, default=DeliveryState.QUEUED
     )
     lane = models.CharField(max_length=20, choices=Lane.choices, default=Lane.DEFAULT)
-    ordering_key = models.CharField(max_length=500, blank=True)
+    ordering_key = models.CharField(max_length=columns.ORDERING_KEY, blank=True)
     attempts = models.PositiveSmallIntegerField(default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)
     dispatched_at = models.DateTimeField(
@@ -150,7 +176,7 @@ class Host(models.Model):
     (see ``OUTBOX_SKIP_UNAVAILABLE``).
     """
 
-    name = models.CharField(max_length=255, unique=True)
+    name = models.CharField(max_length=columns.HOST, unique=True)
     failure_days = models.PositiveSmallIntegerField(default=1)
     first_failure_at = models.DateTimeField(default=timezone.now)
     last_failure_day = models.DateField()

@@ -16,6 +16,7 @@ from django.dispatch import Signal
 
 from django_outbox.models import SETTLED_STATES, Delivery, DeliveryState
 from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
+from django_outbox.safe_text import one_line
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled, send_logged
 
 _FAILED_STATES = (DeliveryState.FAILED, DeliveryState.REFUSED)
@@ -42,7 +43,7 @@ def attempt_args(row: Delivery, outcome: Outcome) -> dict[str, Any]:
     return {
         **common_args(row),
         "status": outcome.status,
-        "error": outcome.error,
+        "error": one_line(outcome.error),
         "held": outcome.result is AttemptResult.HELD,
         "outcome": outcome.result.value,
     }
@@ -67,10 +68,8 @@ def send_failed(rows: Iterable[Delivery]) -> None:
 
 def full_rows(ids: list[int]) -> dict[int, Delivery]:
     """The deliveries with ``ids`` as the signals pass them: with their message, but
-    not its body or its pending inboxes."""
-    rows = Delivery.objects.select_related("message").defer(
-        "message__body", "message__pending_inboxes"
-    )
+    not its body."""
+    rows = Delivery.objects.select_related("message").defer("message__body")
     return {row.pk: row for row in rows.filter(id__in=ids).order_by()}
 
 

@@ -8,14 +8,26 @@ the first that accepts completes the delivery.
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
+from django_outbox import columns
 from django_outbox.exceptions import InvalidInbox
+from django_outbox.transport.target import parse_target
 
 MAX_GATEWAYS = 5
-_DID_KEY = "did:key:z"
+#: Gateways read at most, repeats included: a bound on the work a long list costs.
+GATEWAYS_READ = 100
+#: ``ap://did:key:z<base58>`` and an optional path of printable ASCII without
+#: spaces, backslashes, queries or fragments.
+_PORTABLE = re.compile(r"ap://(did:key:z[A-Za-z0-9]+)(/[\x21\x22\x24-\x3e\x40-\x5b\x5d-\x7e]*)?")
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 100 else text[:100] + "..."
 
 
 @dataclass(frozen=True)
@@ -28,37 +40,43 @@ class PortableInbox:
     def targets(self) -> list[str]:
         """The gateway URLs to POST to, in order: at most ``MAX_GATEWAYS``, no repeats.
 
-        Raises :class:`~django_outbox.exceptions.InvalidInbox` for an inbox that
-        is not an ``ap`` URI with a ``did:key`` authority, or a gateway that is
-        not a bare http(s) origin.
+        Gateways after the ``MAX_GATEWAYS``-th distinct one, or after the first
+        ``GATEWAYS_READ``, are not read: the list comes from a stranger's actor
+        document and may be long (the work is bounded whatever it holds).  Raises
+        :class:`~django_outbox.exceptions.InvalidInbox` for an inbox that is not an
+        ``ap`` URI with a ``did:key`` authority, or a gateway read before the cut
+        that is not a bare http(s) origin.
         """
-        if not isinstance(self.inbox, str) or not self.inbox.startswith("ap://"):
-            raise InvalidInbox(f"portable inbox {self.inbox!r} is not an ap:// URI")
-        authority, slash, path = self.inbox[len("ap://") :].partition("/")
-        if not authority.startswith(_DID_KEY) or not authority[len(_DID_KEY) :].isalnum():
-            raise InvalidInbox(f"portable inbox {self.inbox!r} has no did:key authority")
-        if any(c in self.inbox for c in "?# \t\r\n"):
-            raise InvalidInbox(f"portable inbox {self.inbox!r} has a query, fragment or space")
-        targets: list[str] = []
-        for gateway in self.gateways:
-            origin = _origin(gateway)
-            target = f"{origin}/.well-known/apgateway/{authority}{slash}{path}"
-            if target not in targets:
-                targets.append(target)
+        match = (
+            _PORTABLE.fullmatch(self.inbox)
+            if isinstance(self.inbox, str) and len(self.inbox) <= columns.URL
+            else None
+        )
+        if match is None:
+            raise InvalidInbox(
+                f"portable inbox {_shown(self.inbox)} is not an ap://did:key:z... URI of "
+                f"at most {columns.URL} characters without spaces, query or fragment"
+            )
+        suffix = f"/.well-known/apgateway/{match[1]}{match[2] or ''}"
+        if isinstance(self.gateways, str | bytes):
+            raise InvalidInbox(f"the gateways of {_shown(self.inbox)} must be a list of URLs")
+        try:
+            gateways = iter(self.gateways)
+        except TypeError:
+            raise InvalidInbox(f"the gateways of {_shown(self.inbox)} are not a list") from None
+        targets: dict[str, None] = {}
+        for gateway in itertools.islice(gateways, GATEWAYS_READ):
+            targets[parse_target(_origin(gateway) + suffix, columns.URL).url] = None
+            if len(targets) == MAX_GATEWAYS:
+                break
         if not targets:
-            raise InvalidInbox(f"portable inbox {self.inbox!r} lists no gateway")
-        return targets[:MAX_GATEWAYS]
+            raise InvalidInbox(f"portable inbox {_shown(self.inbox)} lists no gateway")
+        return list(targets)
 
 
-def _origin(gateway: str) -> str:
-    try:
-        parts = urlsplit(gateway)
-        parts.port  # noqa: B018 - raises for a bad port
-    except (ValueError, AttributeError):
-        raise InvalidInbox(f"gateway {gateway!r} is not a URL") from None
-    bare = parts.path in ("", "/") and not parts.query and not parts.fragment
-    if parts.scheme not in ("http", "https") or not parts.hostname or not bare:
-        raise InvalidInbox(f"gateway {gateway!r} is not an http(s) origin")
-    if "@" in parts.netloc:
-        raise InvalidInbox(f"gateway {gateway!r} carries credentials")
-    return f"{parts.scheme}://{parts.netloc.lower()}"
+def _origin(gateway: object) -> str:
+    """The origin of a gateway given as a bare http(s) origin (path ``/`` at most)."""
+    target = parse_target(gateway)  # type: ignore[arg-type]
+    if target.path != "/":
+        raise InvalidInbox(f"gateway {_shown(gateway)} is not a bare http(s) origin")
+    return target.origin

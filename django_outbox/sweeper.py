@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish, start_expansion, take_undispatched
-from django_outbox.models import Message
+from django_outbox.models import Message, PendingInboxes
 from django_outbox.operations import give_up
 from django_outbox.store import queries, transitions
 
@@ -50,10 +51,11 @@ def dispatch_due() -> int:
 def expand_lost() -> int:
     """Run again the expansion of large fan-outs whose task was lost."""
     cutoff = timezone.now() - timedelta(seconds=conf.REDISPATCH_AFTER)
+    pending = PendingInboxes.objects.filter(message=OuterRef("pk"))
     stuck = list(
-        Message.objects.exclude(pending_inboxes="")
-        .filter(created_at__lt=cutoff)
-        .values_list("id", "lane")[:100]
+        Message.objects.filter(Exists(pending), created_at__lt=cutoff).values_list("id", "lane")[
+            :100
+        ]
     )
     for message_id, lane in stuck:
         start_expansion(message_id, lane)

@@ -1,131 +1,117 @@
 """Checks ``outbox.send`` runs before it writes anything.
 
 Each check raises a subclass of :class:`~django_outbox.exceptions.InvalidSend`
-naming what is wrong, so a view can turn it into a 400 without guessing.
+naming what is wrong, so a view can turn it into a 400 without guessing.  What a
+worker would fail on for every attempt (an unusable URL, content type or key) is
+refused here instead, and every value is checked against the size of the column
+that stores it (:mod:`django_outbox.columns`): nothing is cut to fit.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
-from datetime import datetime
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
+from django_outbox import columns
 from django_outbox.exceptions import (
     BodyTooLarge,
     InvalidActivity,
     InvalidBatch,
     InvalidInbox,
+    InvalidSenderKey,
+    TooManyInboxes,
     UnknownSender,
 )
+from django_outbox.keys import InvalidSigningKey, SenderKey, load_private_key, valid_key_id
+from django_outbox.transport.target import canonical_host, parse_target, well_formed_lines
 
-_SCHEMES = frozenset(("http", "https"))
-
-# The fast path: one regular expression for the common well-formed inbox URL,
-# every one of which the full check below accepts too.  A URL it does not match
-# is not refused for that: it goes through the full check, so the URLs accepted
-# and refused, and the error messages, are those of the full check alone.
-# tests/test_validation.py runs both over tricky and generated URLs.
-_H16 = "[0-9A-Fa-f]{1,4}"
-_OCTET = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9][0-9]|[0-9])"
-_LS32 = rf"(?:{_H16}:{_H16}|{_OCTET}(?:\.{_OCTET}){{3}})"
-_IPV6 = "|".join(  # RFC 3986 section 3.2.2: all of these, ipaddress.IPv6Address accepts
-    (
-        rf"(?:{_H16}:){{6}}{_LS32}",
-        rf"::(?:{_H16}:){{5}}{_LS32}",
-        rf"(?:{_H16})?::(?:{_H16}:){{4}}{_LS32}",
-        rf"(?:(?:{_H16}:){{0,1}}{_H16})?::(?:{_H16}:){{3}}{_LS32}",
-        rf"(?:(?:{_H16}:){{0,2}}{_H16})?::(?:{_H16}:){{2}}{_LS32}",
-        rf"(?:(?:{_H16}:){{0,3}}{_H16})?::{_H16}:{_LS32}",
-        rf"(?:(?:{_H16}:){{0,4}}{_H16})?::{_LS32}",
-        rf"(?:(?:{_H16}:){{0,5}}{_H16})?::{_H16}",
-        rf"(?:(?:{_H16}:){{0,6}}{_H16})?::",
-    )
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = r'"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e]|\\[\t\x20-\x7e])*"'
+#: RFC 9110 media type: type/subtype and parameters; ASCII, no CR or LF.
+_MEDIA_TYPE = re.compile(
+    rf"{_TOKEN}/{_TOKEN}(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|{_QUOTED}))*", re.ASCII
 )
-_PORT = "(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
-_PATH_QUERY = r"(?:[/?][\x21\x22\x24-\x7e]*)?"  # printable ASCII but "#"; no spaces
 
 
-def _url_pattern(host_groups: bool) -> str:
-    """An http(s) URL: a host name, dotted IPv4 or [IPv6], port 1-65535, path and query."""
-    name, ip6 = ("(?P<name>", "(?P<ip6>") if host_groups else ("(?:", "(?:")
-    host = rf"(?:{name}[A-Za-z0-9_.-]+)|\[{ip6}{_IPV6})\])"
-    return rf"[hH][tT][tT][pP][sS]?://{host}(?::{_PORT})?{_PATH_QUERY}"
-
-
-_INBOX = re.compile(_url_pattern(host_groups=True), re.ASCII)
-#: Inboxes joined by newlines (which no URL matched by _INBOX contains).
-_INBOX_LINES = re.compile(rf"(?:{_url_pattern(False)}\n)*+{_url_pattern(False)}", re.ASCII)
+def _shown(value: object) -> str:
+    """``value`` for an error message: its repr, cut short if long."""
+    text = repr(value)
+    return text if len(text) <= 100 else text[:100] + "..."
 
 
 def inbox_host(inbox: str) -> str:
-    """The host of an inbox URL that :func:`clean_inboxes` accepted."""
-    match = _INBOX.fullmatch(inbox)
-    if match is None:
-        return urlsplit(inbox).hostname or ""
-    return str(match["name"] or match["ip6"]).lower()
+    """The host of an inbox URL :func:`clean_inboxes` accepted: the one the worker contacts."""
+    return canonical_host(inbox, columns.URL) or parse_target(inbox, columns.URL).host
 
 
-def clean_inboxes(inboxes: Iterable[str]) -> list[str]:
-    """The inboxes, de-duplicated in their first order, each checked.
+def clean_inboxes(inboxes: object, max_inboxes: int) -> list[str]:
+    """The inboxes in canonical form, de-duplicated in their first order.
 
-    An inbox must be an absolute ``http`` or ``https`` URL with a host, no
-    user name or password, and no fragment.
+    Each inbox is read by :func:`~django_outbox.transport.target.parse_target`, as
+    signing and the transport read it, and stored as its canonical URL (so two
+    spellings of one URL are one inbox).  Raises
+    :class:`~django_outbox.exceptions.InvalidInbox` for the first bad one, or
+    :class:`~django_outbox.exceptions.TooManyInboxes` past ``max_inboxes`` distinct.
     """
-    if isinstance(inboxes, str | bytes):
+    if isinstance(inboxes, str | bytes | bytearray):
         raise InvalidInbox("inboxes must be a list of URLs, not a single string")
     if type(inboxes) is list or type(inboxes) is tuple:
-        clean = _clean_well_formed(inboxes)
+        _refuse_too_many(inboxes, max_inboxes)
+        clean = _clean_well_formed(inboxes, max_inboxes)
         if clean is not None:
             return clean
+    try:
+        items = iter(inboxes)  # type: ignore[call-overload]
+    except TypeError:
+        raise InvalidInbox(
+            f"inboxes must be an iterable of URLs, not {type(inboxes).__name__}"
+        ) from None
     seen: dict[str, None] = {}
-    for inbox in inboxes:
-        if inbox in seen:
-            continue
-        if not (isinstance(inbox, str) and _INBOX.fullmatch(inbox)):
-            _check_inbox(inbox)
-        seen[inbox] = None
+    for inbox in items:
+        seen.setdefault(parse_target(inbox, columns.URL).url, None)
+        check_inbox_count(len(seen), max_inboxes)
     return list(seen)
 
 
-def _clean_well_formed(inboxes: list[str] | tuple[str, ...]) -> list[str] | None:
-    """The inboxes de-duplicated if all are well-formed, checked in one match; else None.
+def _refuse_too_many(inboxes: list[Any] | tuple[Any, ...], max_inboxes: int) -> None:
+    """Refuse a list of too many distinct items before reading any of them."""
+    if len(inboxes) <= max_inboxes:
+        return
+    try:
+        distinct = len(set(inboxes))
+    except Exception:  # an unhashable item: the one-by-one check names it
+        return
+    check_inbox_count(distinct, max_inboxes)
 
-    ``None`` (also when an item is not a string, or cannot be hashed) sends the
-    caller to the one-by-one check, which raises the error of the first bad inbox
-    exactly as it would have without this.
+
+def check_inbox_count(count: int, max_inboxes: int) -> None:
+    """Raise :class:`TooManyInboxes` if ``count`` distinct inboxes are too many."""
+    if count > max_inboxes:
+        raise TooManyInboxes(
+            f"one send may name at most {max_inboxes} distinct inboxes "
+            "(OUTBOX_MAX_INBOXES); split the list or raise the setting"
+        )
+
+
+def _clean_well_formed(inboxes: list[Any] | tuple[Any, ...], max_inboxes: int) -> list[str] | None:
+    """The inboxes de-duplicated if all are canonical URLs, checked in one match; else None.
+
+    ``None`` (also when an item is not a string) sends the caller to the one-by-one
+    check, which raises the error of the first bad inbox exactly as it would have
+    without this.  The URLs returned are plain strings split from the joined text.
     """
     try:
-        seen = dict.fromkeys(inboxes)
-        lines = "\n".join(seen)
-    except Exception:  # the one-by-one check raises the same, in its order
+        lines = "\n".join(inboxes)
+    except TypeError:
         return None
-    if lines.count("\n") != len(seen) - 1 or not _INBOX_LINES.fullmatch(lines):
+    if lines.count("\n") != len(inboxes) - 1 or not well_formed_lines(lines, columns.URL):
         return None
-    return list(seen)
-
-
-def _check_inbox(inbox: object) -> None:
-    """Raise :class:`InvalidInbox` naming what is wrong with ``inbox``, if anything."""
-    if not isinstance(inbox, str):
-        raise InvalidInbox(f"inbox {inbox!r} is not a string")
-    try:
-        parts = urlsplit(inbox)
-        port = parts.port
-    except ValueError as error:
-        raise InvalidInbox(f"inbox {inbox!r} is not a valid URL: {error}") from None
-    if parts.scheme not in _SCHEMES:
-        raise InvalidInbox(f"inbox {inbox!r} is not an absolute http(s) URL")
-    if not parts.hostname:
-        raise InvalidInbox(f"inbox {inbox!r} has no host")
-    if "@" in parts.netloc:
-        raise InvalidInbox(f"inbox {inbox!r} carries credentials")
-    if parts.fragment or inbox.endswith("#"):
-        raise InvalidInbox(f"inbox {inbox!r} has a fragment")
-    if port == 0 or any(c in inbox for c in " \t\r\n"):
-        raise InvalidInbox(f"inbox {inbox!r} is not a valid URL")
+    clean = list(dict.fromkeys(lines.split("\n")))
+    check_inbox_count(len(clean), max_inboxes)
+    return clean
 
 
 def serialise_activity(activity: object, max_bytes: int) -> bytes:
@@ -138,47 +124,136 @@ def serialise_activity(activity: object, max_bytes: int) -> bytes:
         ).encode()
     except (TypeError, ValueError) as error:
         raise InvalidActivity(f"the activity cannot be serialised to JSON: {error}") from None
+    except RecursionError:
+        raise InvalidActivity("the activity is nested too deeply to serialise") from None
     if len(body) > max_bytes:
         raise BodyTooLarge(f"the activity is {len(body)} bytes; the limit is {max_bytes}")
     return body
 
 
 def activity_type(activity: Mapping[str, Any]) -> str:
-    """The activity's ``type`` as a short string, for admin and skip predicates."""
+    """The activity's ``type`` (the first, if a list), for admin and skip predicates.
+
+    A type that is no string gives ``""``; a string type must fit its column and be
+    printable, or the send is refused with :class:`InvalidActivity`.
+    """
     kind = activity.get("type", "")
     if isinstance(kind, list):
         kind = kind[0] if kind else ""
-    return str(kind)[:100]
+    if not isinstance(kind, str):
+        return ""
+    if len(kind) > columns.ACTIVITY_TYPE or not kind.isprintable():
+        raise InvalidActivity(
+            f"the activity's type {_shown(kind)} must be printable and at most "
+            f"{columns.ACTIVITY_TYPE} characters"
+        )
+    return str.__str__(kind)
+
+
+def check_content_type(content_type: object) -> str:
+    """Refuse a content type that is not a media type fit for a header and its column."""
+    if (
+        not isinstance(content_type, str)
+        or len(content_type) > columns.CONTENT_TYPE
+        or not _MEDIA_TYPE.fullmatch(content_type)
+    ):
+        raise InvalidActivity(
+            f"the content type {_shown(content_type)} is not a media type of at most "
+            f"{columns.CONTENT_TYPE} characters (type/subtype; parameters)"
+        )
+    return str.__str__(content_type)
 
 
 def actor_id(actor: object) -> str:
     """The id an actor is signed as: a string as it is, or a model's id attribute.
 
     Objects are asked, in order, for ``actor_id``, ``ap_id``, ``actor_uri``,
-    ``remote_id`` and ``uri`` (Takahē, BookWyrm and Mastodon-style names).
+    ``remote_id`` and ``uri`` (Takahē, BookWyrm and Mastodon-style names).  The id
+    must be printable and fit its column.
     """
     if isinstance(actor, str):
-        if actor:
-            return actor
-        raise UnknownSender("the actor is an empty string")
+        return _check_actor_id(actor)
     for name in ("actor_id", "ap_id", "actor_uri", "remote_id", "uri"):
         value = getattr(actor, name, None)
         if isinstance(value, str) and value:
-            return value
-    raise UnknownSender(f"cannot tell the actor id of {actor!r}; pass its id as a string")
+            return _check_actor_id(value)
+    raise UnknownSender(f"cannot tell the actor id of {_shown(actor)}; pass its id as a string")
+
+
+def _check_actor_id(value: str) -> str:
+    if not value:
+        raise UnknownSender("the actor is an empty string")
+    if len(value) > columns.URL or not value.isprintable():
+        raise UnknownSender(
+            f"the actor id {_shown(value)} must be printable and at most {columns.URL} characters"
+        )
+    return str.__str__(value)
+
+
+def check_sender_key(sender: str, key: object) -> SenderKey:
+    """The key the resolver returned for ``sender``, if a worker could sign with it.
+
+    The PEM is parsed as a worker would (cached per process, so a key's parse is paid
+    once), so an EC key or garbage is refused at ``send()`` rather than on every
+    attempt for two days.  No error holds the key material.
+    """
+    if key is None:
+        raise UnknownSender(f"the key resolver has no key for {_shown(sender)}")
+    if not isinstance(key, SenderKey):
+        raise InvalidSenderKey(
+            f"the key resolver returned a {type(key).__name__} for {_shown(sender)}, "
+            "not a SenderKey"
+        )
+    if not valid_key_id(key.key_id):
+        raise InvalidSenderKey(
+            f"the key id {_shown(key.key_id)} of {_shown(sender)} must be printable ASCII "
+            "without quotes or backslashes"
+        )
+    try:
+        load_private_key(key.private_key_pem)
+    except InvalidSigningKey as error:
+        raise InvalidSenderKey(f"the key of {_shown(sender)} cannot sign: {error}") from None
+    return key
 
 
 def check_batch_options(
-    tag: str | None, deadline: datetime | None, ordering_key: str | None, max_attempts: int | None
+    tag: object,
+    deadline: object,
+    ordering_key: object,
+    max_attempts: object,
+    flags: Mapping[str, object] | None = None,
 ) -> None:
     """Refuse batch options that could not be stored or honoured."""
-    if tag is not None and (not isinstance(tag, str) or len(tag) > 200):
-        raise InvalidBatch("a batch tag must be a string of at most 200 characters")
-    if ordering_key is not None and (not isinstance(ordering_key, str) or len(ordering_key) > 500):
-        raise InvalidBatch("an ordering key must be a string of at most 500 characters")
-    if deadline is not None and (not isinstance(deadline, datetime) or deadline.tzinfo is None):
+    if tag is not None and not _fits(tag, columns.TAG):
+        raise InvalidBatch(
+            f"a batch tag must be a printable string of at most {columns.TAG} characters"
+        )
+    if ordering_key is not None and not _fits(ordering_key, columns.ORDERING_KEY):
+        raise InvalidBatch(
+            "an ordering key must be a printable string of at most "
+            f"{columns.ORDERING_KEY} characters"
+        )
+    if deadline is not None and not _aware(deadline):
         raise InvalidBatch("a batch deadline must be an aware datetime")
     if max_attempts is not None and (
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
         raise InvalidBatch("max_attempts must be a positive integer")
+    for name, value in (flags or {}).items():
+        if not isinstance(value, bool):
+            raise InvalidBatch(f"{name} must be True or False, not {_shown(value)}")
+
+
+def _fits(value: object, limit: int) -> bool:
+    return isinstance(value, str) and len(value) <= limit and value.isprintable()
+
+
+def _aware(value: object) -> bool:
+    """An aware datetime that can be written in UTC (year 1 at UTC+1 cannot)."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        return False
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True

@@ -37,6 +37,7 @@ from django_outbox.signing import (
     fallback_scheme,
 )
 from django_outbox.signing import http as signing
+from django_outbox.transport.target import parse_target
 
 KEY_ID = "https://example.com/users/alice#main-key"
 PATH = "/users/bob/inbox?page=2&x=%2F"
@@ -223,13 +224,13 @@ def test_rfc9421_covers_collection_synchronization(ed_pem: str) -> None:
         ("https://remote.example:8443/a?b=c", "remote.example:8443", None),
         ("https://remote.example", "remote.example", "https://remote.example/"),
         ("http://[2001:db8::1]:8080/inbox", "[2001:db8::1]:8080", None),
-        ("https://remote.example/inbox#frag", "remote.example", "https://remote.example/inbox"),
         ("https://gw.example/.well-known/apgateway/did:key:z6Mk/inbox", "gw.example", None),
-        # Signed as requests puts them on the wire, which is what the receiver sees.
+        # Signed as the transport puts them on the wire (parse_target), which is what
+        # the receiver sees.
         (
-            "https://r.example/%7Eb%2F/caf\u00e9 x?q=%7E",
+            "https://r.example/%7eb%2F/caf\u00e9?q=%7e",
             "r.example",
-            "https://r.example/~b%2F/caf%C3%A9%20x?q=~",
+            "https://r.example/%7Eb%2F/caf%C3%A9?q=%7E",
         ),
     ],
 )
@@ -242,12 +243,28 @@ def test_rfc9421_authority_and_target_as_the_receiver_sees_them(
     assert result.covered_components['"@authority"'] == host
 
 
-def test_signs_the_url_as_requests_sends_it(ed_pem: str) -> None:
-    url = "https://b\u00fccher.example/%7Eb/caf\u00e9?q=%7E"
+def test_signs_the_url_as_the_transport_sends_it(ed_pem: str) -> None:
+    url = "https://b\u00fccher.example/%7eb/caf\u00e9?q=%7E"
     headers = sign(Scheme.RFC9421, ed_pem, url=url)
     assert headers["Host"] == "xn--bcher-kva.example"
-    request = requests.Request("POST", url, data=BODY, headers=headers).prepare()
-    verifier(ed_pem).verify(request, body=BODY)
+    wire = parse_target(url).url
+    assert wire == "https://xn--bcher-kva.example/%7Eb/caf%C3%A9?q=%7E"
+    verifier(ed_pem).verify(Received("POST", wire, headers), body=BODY)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://remote.example/inbox#frag",
+        "http://h\\.example/inbox",
+        "https://r.example/a b",
+        "https://.bad.example/inbox",
+        "https://xn--abc.example/inbox",
+    ],
+)
+def test_urls_the_transport_would_read_otherwise_are_not_signed(ed_pem: str, url: str) -> None:
+    with pytest.raises(SigningError, match="cannot sign for this URL"):
+        sign(Scheme.CAVAGE, ed_pem, url=url)
 
 
 def spy_on_library_signer(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Any, Any, Any]]:

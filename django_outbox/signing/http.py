@@ -27,17 +27,22 @@ from datetime import UTC, datetime
 from email.utils import format_datetime
 from enum import StrEnum
 from types import MappingProxyType
-from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from http_message_signatures import HTTPMessageSigner, MappingKeyResolver
 from http_message_signatures.algorithms import ED25519, RSA_V1_5_SHA256
-from requests import PreparedRequest, RequestException
 
-from django_outbox.exceptions import OutboxError
-from django_outbox.keys import PARSED_KEY_CACHE_SIZE, PrivateKey, SenderKey, load_private_key
+from django_outbox.exceptions import InvalidInbox, OutboxError
+from django_outbox.keys import (
+    PARSED_KEY_CACHE_SIZE,
+    PrivateKey,
+    SenderKey,
+    load_private_key,
+    valid_key_id,
+)
+from django_outbox.transport.target import Target, parse_target
 
 __all__ = [
     "CAVAGE_COVERED",
@@ -60,7 +65,6 @@ CAVAGE_COVERED = ("(request-target)", "host", "date", "digest", "content-type")
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 # Headers this module writes; an extra header must not silently replace one of them.
 _GENERATED = frozenset(
     {"host", "date", "content-type", "digest", "content-digest", "signature", "signature-input"}
@@ -109,8 +113,8 @@ def sign_headers(
 
     ``body_sha256`` must be the SHA-256 digest of ``body``, computed once per
     message by the caller; ``body`` is not hashed again here.  ``url`` is an
-    absolute http(s) URL; what is signed is the host, path and query as
-    ``requests`` sends them (see ``_split_url``).  ``now`` (timezone-aware)
+    absolute http(s) URL; what is signed is the host, path and query as the
+    transport sends them (both read it with ``parse_target``).  ``now`` (timezone-aware)
     defaults to the current time and exists for tests.
 
     Raises :class:`SigningError` for unusable input and
@@ -128,7 +132,8 @@ def sign_headers(
     verb = method.upper()
     if not verb.isascii() or not verb.isalpha():
         raise SigningError(f"invalid HTTP method {method!r}")
-    url_scheme, host, target = _split_url(url)
+    wire = _read_url(url)
+    host, target = wire.host_header, wire.path
     created = int(time.time()) if now is None else _timestamp(now)
     headers = {
         "Host": host,
@@ -164,7 +169,7 @@ def sign_headers(
     # to normalise); it adds Signature-Input and Signature to them.
     fields = {"Content-Digest": headers["Content-Digest"]}
     fields.update(extra[name] for name in covered_extra)
-    request = _Request(verb, f"{url_scheme}://{host}{target}", fields)
+    request = _Request(verb, wire.url, fields)
     try:
         # With an existing Content-Digest and no body, the library only checks the
         # digest's format; it does not hash the body again.
@@ -219,54 +224,20 @@ def _sign(private_key: PrivateKey, base: str) -> str:
 
 
 def _check_key_id(key_id: str) -> None:
-    # The key id is written inside a quoted string (cavage) and a structured-field
-    # String (RFC 9421); refusing quotes and backslashes makes escaping unnecessary.
-    if (
-        not key_id
-        or not key_id.isascii()
-        or not key_id.isprintable()
-        or '"' in key_id
-        or "\\" in key_id
-    ):
+    if not valid_key_id(key_id):
         raise SigningError(f"key id {key_id!r} must be printable ASCII without quotes")
 
 
-# Inboxes repeat (shared inboxes, retries), so parsed URLs are worth keeping.
-@functools.lru_cache(maxsize=4096)
-def _split_url(url: str) -> tuple[str, str, str]:
-    """Return (scheme, Host header value, request target) for an absolute http(s) URL.
+def _read_url(url: str) -> Target:
+    """``url`` as the transport puts it on the wire: host, ``Host`` header, request target.
 
-    The URL is first normalised as ``requests`` (hence our transport) puts it on
-    the wire: IDNA host, percent-escapes of unreserved characters decoded, unsafe
-    characters quoted.  Signing the URL as given would not match what is sent.
+    Read by :func:`~django_outbox.transport.target.parse_target` (cached), the one
+    parser of inbox URLs, so what is signed is what is sent.
     """
-    prepared = PreparedRequest()
     try:
-        prepared.prepare_url(url, None)
-    except (ValueError, RequestException) as exc:
-        raise SigningError(f"invalid URL {url!r}: {exc}") from exc
-    wire = prepared.url or ""
-    if not wire.isascii() or not wire.isprintable() or " " in wire:
-        raise SigningError(f"URL {url!r} cannot be sent as ASCII")
-    parts = urlsplit(wire)
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        raise SigningError(f"URL {url!r} is not an absolute http(s) URL")
-    if "@" in parts.netloc:
-        raise SigningError(f"URL {url!r} must not carry credentials")
-    try:
-        port = parts.port
-    except ValueError as exc:
-        raise SigningError(f"URL {url!r} has an invalid port") from exc
-    host = parts.hostname  # lower-cased, IPv6 brackets removed
-    if ":" in host:
-        host = f"[{host}]"
-    if port is not None and port != _DEFAULT_PORTS[scheme]:
-        host = f"{host}:{port}"
-    target = parts.path or "/"
-    if parts.query:
-        target = f"{target}?{parts.query}"
-    return scheme, host, target
+        return parse_target(url)
+    except InvalidInbox as exc:
+        raise SigningError(f"cannot sign for this URL: {exc}") from None
 
 
 @functools.lru_cache(maxsize=8)

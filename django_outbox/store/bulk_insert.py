@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Field
+from django.db.models import CharField, Field
 
 from django_outbox.models import Delivery, DeliveryState, Message
 
@@ -107,5 +107,9 @@ def _insert_unnest(
 
 
 def _db_type(field: Field[Any, Any]) -> str:
-    """The column type of ``field`` here, for a cast."""
+    """The type to cast a value of ``field`` to: its column type, but ``text`` for a
+    ``varchar(n)``, which PostgreSQL's cast would silently cut to ``n`` characters;
+    stored into the column, an over-long value raises an error instead."""
+    if isinstance(field, CharField):
+        return "text"
     return str(field.db_type(connection))

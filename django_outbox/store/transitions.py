@@ -37,6 +37,7 @@ from django_outbox.conf import conf
 from django_outbox.hosts import record_failures, record_successes
 from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message, locked
 from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome, server_failed
+from django_outbox.safe_text import one_line
 from django_outbox.store.bulk_insert import bulk_insert
 from django_outbox.store.claimed import (
     CLAIMED_COLUMNS,
@@ -63,6 +64,16 @@ _SETTLED = {
     AttemptResult.REFUSED: DeliveryState.REFUSED,
     AttemptResult.SKIPPED: DeliveryState.SKIPPED,
 }
+
+
+def stored_error(text: str) -> str:
+    """An error as ``last_error`` stores it and signals pass it: one printable line,
+    at most :data:`~django_outbox.safe_text.ERROR_LIMIT` characters.
+
+    Errors carry text servers chose (a status line, a TLS alert); CR, LF and other
+    control characters are escaped here, where every error is stored.
+    """
+    return one_line(text)
 
 
 # ------------------------------------------------------------------ created ---
@@ -226,7 +237,10 @@ def plan_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
 def _fields_for(outcome: Outcome, now: datetime, plan: OutcomePlan) -> dict[str, Any]:
     """The new field values of the row after ``outcome``, noting retries and successors."""
     row = outcome.row
-    fields: dict[str, Any] = {"last_status": outcome.status, "last_error": outcome.error[:2000]}
+    fields: dict[str, Any] = {
+        "last_status": outcome.status,
+        "last_error": stored_error(outcome.error),
+    }
     if outcome.result in UNSPENT_RESULTS:
         fields["attempts"] = _UNSPEND
     if outcome.result in _SETTLED:
@@ -240,7 +254,7 @@ def _fields_for(outcome: Outcome, now: datetime, plan: OutcomePlan) -> dict[str,
             state=DeliveryState.FAILED,
             finished_at=now,
             deadline_reached=decision.deadline,
-            last_error=error[:2000],
+            last_error=stored_error(error),
         )
         plan.finished.append((row.ordering_key, row.inbox))
         return fields | _UNCLAIMED
@@ -274,11 +288,12 @@ def save_outcomes(plan: OutcomePlan) -> None:
 def give_up(ids: Iterable[int], reason: str, *, deadline: bool = False) -> list[Delivery]:
     """Fail the live deliveries among ``ids`` now; the rows failed, with their new state."""
     now = timezone.now()
+    reason = stored_error(reason)
     with transaction.atomic():
         rows = list(
             locked(Delivery.objects.filter(id__in=list(ids), state__in=LIVE_STATES))
             .select_related("message")
-            .defer("message__body", "message__pending_inboxes")
+            .defer("message__body")
         )
         Delivery.objects.filter(id__in=[row.pk for row in rows], state__in=LIVE_STATES).update(
             state=DeliveryState.FAILED,
@@ -357,5 +372,5 @@ def prune() -> int:
         )[:STEP]
     )
     deleted, _ = Delivery.objects.filter(id__in=ids).delete()
-    Message.objects.filter(created_at__lt=cutoff, pending_inboxes="", deliveries=None).delete()
+    Message.objects.filter(created_at__lt=cutoff, pending=None, deliveries=None).delete()
     return deleted

@@ -16,13 +16,11 @@ import socket
 from collections.abc import Callable, Iterable, Sequence
 
 from django_outbox.transport.errors import BlockedAddress, ResolveError
+from django_outbox.transport.special_addresses import embedded_ipv4, is_special, why_special
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Sequence[str]]
-
-# IPv6 prefixes that carry an IPv4 address a gateway would forward to.
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
 
 
 def parse_networks(values: Iterable[str]) -> tuple[IPNetwork, ...]:
@@ -41,43 +39,25 @@ def parse_networks(values: Iterable[str]) -> tuple[IPNetwork, ...]:
     return tuple(networks)
 
 
-def _embedded_ipv4(ip: IPAddress) -> ipaddress.IPv4Address | None:
-    """Return the IPv4 address a NAT64 or 6to4 gateway would forward an IPv6 one to."""
-    if not isinstance(ip, ipaddress.IPv6Address):
-        return None
-    if ip in _NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return ip.sixtofour
-
-
-def _is_special(ip: IPAddress) -> bool:
-    """True for any address that is not plain public unicast."""
-    return (
-        ip.is_loopback
-        or ip.is_private
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_reserved
-        or ip.is_unspecified
-        or not ip.is_global
-    )
-
-
 def is_blocked(ip: IPAddress, allowed_networks: Sequence[IPNetwork] = ()) -> bool:
     """Whether deliveries must not connect to ``ip``, given the operator's allowlist.
 
-    An IPv4-mapped address (``::ffff:127.0.0.1``) is judged as the IPv4 address it is;
-    a NAT64 or 6to4 address by its embedded IPv4 address as well, because that is
-    where the packets end up.
+    Special-purpose addresses are those of the package's own IANA table
+    (:mod:`~django_outbox.transport.special_addresses`), the same on every Python.
+    An address in an allowed network passes, and so does an IPv6 address whose
+    embedded IPv4 addresses (IPv4-mapped, NAT64, 6to4, both of Teredo's) all are in
+    one: that is where the packets end up.
     """
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    embedded = _embedded_ipv4(ip)
-    candidates: tuple[IPAddress, ...] = (ip,) if embedded is None else (ip, embedded)
-    for candidate in candidates:
-        if any(candidate in net for net in allowed_networks if net.version == candidate.version):
-            return False
-    return any(_is_special(candidate) for candidate in candidates)
+    embedded = [inner for _, inner in embedded_ipv4(ip)]
+    if _allowed(ip, allowed_networks) or (
+        embedded and all(_allowed(inner, allowed_networks) for inner in embedded)
+    ):
+        return False
+    return is_special(ip)
+
+
+def _allowed(ip: IPAddress, allowed_networks: Sequence[IPNetwork]) -> bool:
+    return any(ip in net for net in allowed_networks if net.version == ip.version)
 
 
 def _literal(host: str) -> IPAddress | None:
@@ -128,5 +108,6 @@ def resolve_checked(
     for ip in unique:
         if is_blocked(ip, allowed_networks):
             where = host if literal is not None else f"{host} ({ip})"
-            raise BlockedAddress(f"blocked address: {where} is not a public address")
+            why = why_special(ip) or "outside the allowed networks"
+            raise BlockedAddress(f"blocked address: {where} is not a public address: {why}")
     return [str(ip) for ip in unique]

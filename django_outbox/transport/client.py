@@ -3,6 +3,10 @@
 One :class:`Transport` serves every thread of a worker process.  Three properties
 matter more than convenience here:
 
+* **It reads the URL as it was stored and signed.**  The host, port, request target
+  and ``Host`` header are those of :func:`~django_outbox.transport.target.parse_target`,
+  the one parser ``send()`` and signing use too, so the host that per-host caps,
+  breakers and the admin count is the host contacted.
 * **It connects to the address it checked.**  The host is resolved and vetted by
   :func:`~django_outbox.transport.addresses.resolve_checked`; the connection pool is then built
   for that IP, while the ``Host`` header, TLS SNI and certificate check keep the real
@@ -37,15 +41,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
 
-import requests
-from requests.models import PreparedRequest
 from urllib3.exceptions import ClosedPoolError
 from urllib3.response import HTTPResponse
 
+from django_outbox.exceptions import InvalidInbox
 from django_outbox.transport.addresses import (
     IPNetwork,
     Resolver,
@@ -60,10 +61,10 @@ from django_outbox.transport.errors import (
     TimedOut,
     TLSFailed,
     out_of_time,
-    short,
     translate,
 )
 from django_outbox.transport.pool import PinningAdapter, shared_ssl_context, watchdog
+from django_outbox.transport.target import Target, parse_target
 
 _READ_CHUNK = 64 * 1024
 _MAX_ADDRESSES_TRIED = 3
@@ -112,35 +113,6 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     if current.tzinfo is None:
         current = current.replace(tzinfo=UTC)
     return max(0.0, (when - current).total_seconds())
-
-
-@dataclass(frozen=True)
-class _Target:
-    """The parts of an inbox URL the transport needs, computed once per URL."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str
-    host_header: str
-
-
-@lru_cache(maxsize=4096)
-def _target(url: str) -> _Target:
-    """Normalise ``url`` the way requests would (IDNA, quoting) and split it."""
-    prepared = PreparedRequest()
-    prepared.prepare_url(url, None)
-    assert prepared.url is not None
-    parts = urlsplit(prepared.url)
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url}")
-    port = parts.port or (443 if scheme == "https" else 80)
-    host = parts.hostname
-    shown = f"[{host}]" if ":" in host else host
-    default = port == (443 if scheme == "https" else 80)
-    host_header = shown if default else f"{shown}:{port}"
-    return _Target(scheme, host, port, prepared.path_url, host_header)
 
 
 class Transport:
@@ -193,14 +165,15 @@ class Transport:
 
         Redirects are returned, not followed.  ``headers`` should carry the signed
         ``Host``; it is added from the URL when missing.  Raises a
-        :class:`TransportError` subclass when no complete response arrived in time.
+        :class:`TransportError` subclass when no complete response arrived in time,
+        :class:`ProtocolFailed` at once for a URL ``parse_target`` refuses.
         """
         started = time.monotonic()
         deadline = started + self.total_timeout
         try:
-            target = _target(url)
-        except (ValueError, requests.RequestException) as exc:
-            raise ProtocolFailed(short(f"invalid URL {url}: {exc}")) from exc
+            target = parse_target(url)
+        except InvalidInbox as exc:
+            raise ProtocolFailed(f"invalid URL: {exc}") from None
         ips = self._addresses(target.host, target.port)[:_MAX_ADDRESSES_TRIED]
         # Lower-cased names, so that a caller's "host" replaces the default "Host".
         named = {
@@ -256,7 +229,7 @@ class Transport:
         return self._adapter
 
     def _attempt(
-        self, target: _Target, ip: str, headers: dict[str, str], body: bytes, deadline: float
+        self, target: Target, ip: str, headers: dict[str, str], body: bytes, deadline: float
     ) -> tuple[int, Mapping[str, str], bytes]:
         """Send once to ``ip`` on a pooled connection; translate every failure.
 

@@ -16,6 +16,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import SSLError as Urllib3SSLError
 
 from django_outbox.exceptions import OutboxError
+from django_outbox.safe_text import one_line
 
 #: Where an attempt failed: see the module docstring.
 Step = Literal["connect", "send", "receive"]
@@ -29,8 +30,12 @@ _MESSAGE_LIMIT = 200
 class TransportError(OutboxError):
     """A delivery request failed before a complete HTTP response arrived.
 
-    ``str(error)`` is a short message fit for a ``last_error`` column.
+    ``str(error)`` is a short message fit for a ``last_error`` column: whatever text
+    a server or resolver put in it, it is one printable line (see :func:`short`).
     """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(short(message))
 
 
 class BlockedAddress(TransportError):
@@ -93,7 +98,7 @@ def translate(
     if connecting:
         # Checked first: urllib3's NewConnectionError subclasses ConnectTimeoutError.
         if isinstance(reason, NewConnectionError | ConnectionRefusedError):
-            return ConnectFailed(short(f"connect to {where} failed: {_describe(reason)}"))
+            return ConnectFailed(f"connect to {where} failed: {_describe(reason)}")
         if isinstance(reason, ConnectTimeoutError | TimeoutError):
             error = TimedOut(f"connect to {where} timed out after {connect_timeout:g} s")
             error.during_connect = True
@@ -103,10 +108,10 @@ def translate(
             return TimedOut(f"timed out sending to {where}")
         return TimedOut(f"timed out waiting for {where}: {read_timeout:g} s without a byte")
     if isinstance(reason, Urllib3SSLError | ssl.SSLError | ssl.CertificateError):
-        return TLSFailed(short(f"TLS failed with {where}: {_describe(reason)}"))
+        return TLSFailed(f"TLS failed with {where}: {_describe(reason)}")
     if connecting:
-        return ConnectFailed(short(f"connect to {where} failed: {_describe(reason)}"))
-    return ProtocolFailed(short(f"{where}: {_describe(reason)}"))
+        return ConnectFailed(f"connect to {where} failed: {_describe(reason)}")
+    return ProtocolFailed(f"{where}: {_describe(reason)}")
 
 
 def _root_cause(exc: BaseException) -> BaseException:
@@ -135,5 +140,9 @@ def _describe(exc: BaseException) -> str:
 
 
 def short(message: str) -> str:
-    """Trim a message to fit a ``last_error`` column comfortably."""
-    return message if len(message) <= _MESSAGE_LIMIT else message[: _MESSAGE_LIMIT - 3] + "..."
+    """``message`` on one printable line, cut to fit a ``last_error`` column comfortably.
+
+    Server-controlled text (a malformed status line, a TLS alert) may carry CR, LF
+    and other control characters; they are escaped, never passed on.
+    """
+    return one_line(message, _MESSAGE_LIMIT)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
 from django_outbox.conf import conf
+from django_outbox.exceptions import InvalidInbox
 from django_outbox.keys import SenderKey
 from django_outbox.outcomes import AttemptResult, Outcome, server_failed
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
@@ -26,6 +26,7 @@ from django_outbox.transport import (
     TransportError,
     retry_after_seconds,
 )
+from django_outbox.transport.target import parse_target
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,8 @@ def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
     return transport.post(url, headers, job.message.body)
 
 
-def _knock(transport: Transport, job: Job, url: str) -> Response:
+def _knock(transport: Transport, job: Job, url: str, origin: str) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
-    parts = urlsplit(url)
-    origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
     known = remembered(origin)
     first = known or Scheme(conf.FIRST_SCHEME)
     response = _post(transport, job, url, first)
@@ -117,16 +116,20 @@ def perform(
 def _attempt_at(
     job: Job, url: str, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
 ) -> Outcome:
+    try:
+        target = parse_target(url)
+    except InvalidInbox as unusable:  # stored by an older version: it can never be sent
+        return job.outcome(AttemptResult.REFUSED, error=f"unusable URL: {unusable}")
     key = ""
     admission: Admission | None = None
     if policy is not None:
-        key = breaker_key(urlsplit(url).hostname or "", url, conf.BREAKER_SCOPE)
+        key = breaker_key(target.host, target.url, conf.BREAKER_SCOPE)
         admission = breakers.admit(key, policy)
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     try:
-        response = _knock(transport, job, url)
+        response = _knock(transport, job, target.url, target.origin)
     except BlockedAddress as error:
         outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
     except TransportError as error:

@@ -1,0 +1,32 @@
+"""Text from remote servers made safe to store, log and hand to signal receivers.
+
+A server chooses its status line, its TLS alert texts and what its resolver says,
+and such text ends up in error messages.  ``HTTP/1.1 <script>...\\r\\nX: y`` stored
+as it came would split a log line, forge a header in a receiver that copies it
+into a request, or hide text behind bidirectional overrides.  No Django import:
+the transport uses it too.
+"""
+
+from __future__ import annotations
+
+#: The longest error the package stores in ``Delivery.last_error``.
+ERROR_LIMIT = 2000
+
+
+def one_line(text: str, limit: int = ERROR_LIMIT) -> str:
+    """``text`` on one printable line of at most ``limit`` characters.
+
+    Every character ``str.isprintable`` refuses (control characters, line and
+    paragraph separators, format characters such as bidirectional overrides,
+    surrogates, non-ASCII spaces) is written as its Python escape (``\\r``,
+    ``\\u202e``), and a longer text is cut, ending in ``...``.
+    """
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else _escape(c) for c in text)
+    if len(text) <= limit:
+        return text
+    return text[: max(0, limit - 3)] + "..."
+
+
+def _escape(char: str) -> str:
+    return char.encode("unicode_escape", "backslashreplace").decode("ascii")
