@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from django_outbox import columns
 from django_outbox.exceptions import InvalidInbox
+from django_outbox.safe_text import shown as _shown
 from django_outbox.transport.target import parse_target
 
 MAX_GATEWAYS = 5
@@ -23,11 +24,6 @@ GATEWAYS_READ = 100
 #: ``ap://did:key:z<base58>`` and an optional path of printable ASCII without
 #: spaces, backslashes, queries or fragments.
 _PORTABLE = re.compile(r"ap://(did:key:z[A-Za-z0-9]+)(/[\x21\x22\x24-\x3e\x40-\x5b\x5d-\x7e]*)?")
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 100 else text[:100] + "..."
 
 
 @dataclass(frozen=True)

@@ -28,5 +28,16 @@ def one_line(text: str, limit: int = ERROR_LIMIT) -> str:
     return text[: max(0, limit - 3)] + "..."
 
 
+def shown(value: object, limit: int = 100) -> str:
+    """``value`` for an error message: a string quoted and cut short, else its type.
+
+    Only a string is shown: the repr of anything else can be huge, slow or raise
+    (that of an integer of 5,000 digits does).
+    """
+    if isinstance(value, str):
+        return repr(value) if len(value) <= limit else repr(value[:limit]) + "..."
+    return f"a {type(value).__name__}"
+
+
 def _escape(char: str) -> str:
     return char.encode("unicode_escape", "backslashreplace").decode("ascii")

@@ -26,6 +26,7 @@ from django_outbox.exceptions import (
     UnknownSender,
 )
 from django_outbox.keys import InvalidSigningKey, SenderKey, load_private_key, valid_key_id
+from django_outbox.safe_text import shown as _shown
 from django_outbox.transport.target import canonical_host, parse_target, well_formed_lines
 
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
@@ -34,12 +35,6 @@ _QUOTED = r'"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e]|\\[\t\x20-\x7e])*"'
 _MEDIA_TYPE = re.compile(
     rf"{_TOKEN}/{_TOKEN}(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|{_QUOTED}))*", re.ASCII
 )
-
-
-def _shown(value: object) -> str:
-    """``value`` for an error message: its repr, cut short if long."""
-    text = repr(value)
-    return text if len(text) <= 100 else text[:100] + "..."
 
 
 def inbox_host(inbox: str) -> str:

@@ -40,6 +40,7 @@ from functools import lru_cache
 import idna
 
 from django_outbox.exceptions import InvalidInbox
+from django_outbox.safe_text import shown as _shown
 
 #: The default longest URL accepted: the size of the column that stores it.
 DEFAULT_MAX_LENGTH = 2048
@@ -81,11 +82,6 @@ _IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
 _NUMBER = re.compile(r"[0-9]+|0x[0-9a-f]*")  # a label a URL parser takes for IPv4
 
 
-def _shown(url: str) -> str:
-    """``url`` for an error message: quoted, and cut short if long."""
-    return repr(url) if len(url) <= 100 else repr(url[:100]) + "..."
-
-
 def parse_target(url: str, max_length: int = DEFAULT_MAX_LENGTH) -> Target:
     """Read an inbox URL into a :class:`Target`, or raise :class:`InvalidInbox` saying why.
 
@@ -93,7 +89,7 @@ def parse_target(url: str, max_length: int = DEFAULT_MAX_LENGTH) -> Target:
     it longer); pass the setting that sizes the column.  Results are cached.
     """
     if not isinstance(url, str):
-        raise InvalidInbox(f"inbox {repr(url)[:100]} is not a string")
+        raise InvalidInbox(f"an inbox of type {type(url).__name__} is not a string")
     return _parse(str.__str__(url), max_length)
 
 

@@ -1,0 +1,162 @@
+"""Properties of ``send()`` for any input (hypothesis).
+
+Whatever it is given, ``send()`` either stores inbox URLs whose stored host is exactly
+the host the transport connects to (and the ``Host`` that signing covers), or raises
+:class:`~django_outbox.exceptions.InvalidSend` having written nothing.  No other
+exception escapes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.db import transaction
+from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import strategies as st
+
+from django_outbox import Batch, outbox
+from django_outbox.exceptions import InvalidSend
+from django_outbox.models import Delivery
+from django_outbox.transport.target import parse_target
+from testproject.demo.keys import ACTOR
+from tests.unit.send_helpers import ACTIVITY, contacted_host, rows_written, signed_host_header
+from tests.unit.target_samples import FAST_CANDIDATES, HOSTILE_URLS, TYPICAL, VALID_URLS
+
+pytestmark = pytest.mark.django_db
+
+SETTINGS = settings(
+    max_examples=300,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+ANYTHING = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.just(10**5000)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.sampled_from(["\ud800", "\x00", "a\r\nb", "\u202e"])
+    | st.binary(max_size=20)
+    | st.lists(st.text(max_size=5), max_size=3)
+    | st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=3)
+)
+URLS = HOSTILE_URLS | VALID_URLS | FAST_CANDIDATES | st.sampled_from(TYPICAL) | st.text()
+INBOX_LISTS = st.lists(URLS | ANYTHING, max_size=6)
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text(max_size=5) | st.integers() | st.tuples(st.integers()), children)
+    ),
+    max_leaves=15,
+)
+ACTIVITIES = (
+    st.builds(
+        lambda kind, rest: {**rest, "type": kind},
+        st.text(max_size=120) | st.lists(st.text(max_size=5), max_size=2) | ANYTHING,
+        st.dictionaries(st.text(max_size=5), JSON, max_size=4),
+    )
+    | st.dictionaries(st.text(max_size=5), JSON, max_size=4)
+    | ANYTHING
+)
+ACTORS = st.just(ACTOR) | st.builds(lambda tail: ACTOR + tail, st.text(max_size=30)) | ANYTHING
+CONTENT_TYPES = (
+    st.just("application/activity+json")
+    | st.just('application/ld+json; profile="https://www.w3.org/ns/activitystreams"')
+    | st.from_regex(r"[a-z]+/[a-z+.-]+(; ?[a-z]+=(\"[^\"\\\r\n]*\"|[a-z0-9]+))?", fullmatch=True)
+    | ANYTHING
+)
+
+
+@dataclass
+class BatchArguments:
+    """Arguments for ``Batch``, which refuses bad ones itself: built inside the test."""
+
+    kwargs: dict[str, Any]
+
+
+BATCHES = (
+    st.none()
+    | st.builds(
+        lambda **kwargs: BatchArguments(kwargs),
+        tag=st.none() | st.text(max_size=210) | ANYTHING,
+        deadline=st.none() | st.datetimes(timezones=st.none() | st.timezones()) | ANYTHING,
+        ordering_key=st.none() | st.text(max_size=20) | ANYTHING,
+        max_attempts=st.none() | st.integers(-2, 40) | ANYTHING,
+        low_priority=st.booleans() | ANYTHING,
+        synchronize_collection=st.booleans() | ANYTHING,
+    )
+    | ANYTHING
+)
+
+
+def mostly(good: st.SearchStrategy[Any], other: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``good`` two times in three: every check is reached, not only the first."""
+    return st.integers(0, 2).flatmap(lambda n: other if n == 0 else good)
+
+
+def assert_stored_as_contacted() -> None:
+    """Each stored inbox is canonical; its host is the one contacted and signed."""
+    for inbox, host in Delivery.objects.values_list("inbox", "host"):
+        target = parse_target(inbox)
+        assert target.url == inbox
+        assert host == target.host == contacted_host(inbox)
+        assert signed_host_header(inbox) == target.host_header
+
+
+@SETTINGS
+@given(st.lists(mostly(VALID_URLS | st.sampled_from(TYPICAL), URLS | ANYTHING), max_size=6))
+@example(["http://h\\.example/inbox"])
+@example(["http://h.example\\@evil.example/inbox", "https://h.example/inbox"])
+@example(["https://.bad.example/inbox"])
+def test_any_inboxes_are_stored_as_contacted_or_refused(inboxes: list[object]) -> None:
+    with transaction.atomic():
+        try:
+            outbox.send(ACTOR, ACTIVITY, inboxes)
+        except InvalidSend as error:
+            event(f"refused: {type(error).__name__}")
+            assert rows_written() == 0
+        else:
+            event("accepted")
+            assert_stored_as_contacted()
+        transaction.set_rollback(True)
+
+
+@SETTINGS
+@given(st.lists(VALID_URLS, min_size=1, max_size=6))
+def test_valid_urls_are_accepted_in_canonical_form(urls: list[str]) -> None:
+    with transaction.atomic():
+        outbox.send(ACTOR, ACTIVITY, urls)
+        stored = set(Delivery.objects.values_list("inbox", flat=True))
+        assert stored == {parse_target(url).url for url in urls}
+        assert_stored_as_contacted()
+        transaction.set_rollback(True)
+
+
+@SETTINGS
+@given(
+    actor=mostly(st.just(ACTOR), ACTORS),
+    activity=mostly(st.just(ACTIVITY), ACTIVITIES),
+    inboxes=mostly(st.lists(st.sampled_from(TYPICAL), max_size=3), INBOX_LISTS | ANYTHING),
+    batch=mostly(st.none(), BATCHES),
+    content_type=mostly(st.just("application/activity+json"), CONTENT_TYPES),
+)
+def test_nothing_but_invalid_send_escapes(
+    actor: object, activity: object, inboxes: object, batch: object, content_type: object
+) -> None:
+    with transaction.atomic():
+        try:
+            if isinstance(batch, BatchArguments):
+                batch = Batch(**batch.kwargs)
+            outbox.send(actor, activity, inboxes, batch=batch, content_type=content_type)  # type: ignore[arg-type]
+        except InvalidSend as error:
+            event(f"refused: {type(error).__name__}")
+            assert rows_written() == 0
+        else:
+            event("accepted")
+            assert_stored_as_contacted()
+        transaction.set_rollback(True)
