@@ -8,6 +8,7 @@ exception escapes it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,21 @@ BATCHES = (
 )
 
 
+def stored_as_contacted_or_refused(call: Callable[[], object]) -> None:
+    """Run ``call`` (a send) in a transaction rolled back after: it stores inboxes as
+    contacted, or raises InvalidSend having written nothing; anything else fails."""
+    with transaction.atomic():
+        try:
+            call()
+        except InvalidSend as error:
+            event(f"refused: {type(error).__name__}")
+            assert rows_written() == 0
+        else:
+            event("accepted")
+            assert_stored_as_contacted()
+        transaction.set_rollback(True)
+
+
 def mostly(good: st.SearchStrategy[Any], other: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """``good`` two times in three: every check is reached, not only the first."""
     return st.integers(0, 2).flatmap(lambda n: other if n == 0 else good)
@@ -114,16 +130,7 @@ def assert_stored_as_contacted() -> None:
 @example(["http://h.example\\@evil.example/inbox", "https://h.example/inbox"])
 @example(["https://.bad.example/inbox"])
 def test_any_inboxes_are_stored_as_contacted_or_refused(inboxes: list[object]) -> None:
-    with transaction.atomic():
-        try:
-            outbox.send(ACTOR, ACTIVITY, inboxes)
-        except InvalidSend as error:
-            event(f"refused: {type(error).__name__}")
-            assert rows_written() == 0
-        else:
-            event("accepted")
-            assert_stored_as_contacted()
-        transaction.set_rollback(True)
+    stored_as_contacted_or_refused(lambda: outbox.send(ACTOR, ACTIVITY, inboxes))
 
 
 @SETTINGS
@@ -148,15 +155,9 @@ def test_valid_urls_are_accepted_in_canonical_form(urls: list[str]) -> None:
 def test_nothing_but_invalid_send_escapes(
     actor: object, activity: object, inboxes: object, batch: object, content_type: object
 ) -> None:
-    with transaction.atomic():
-        try:
-            if isinstance(batch, BatchArguments):
-                batch = Batch(**batch.kwargs)
-            outbox.send(actor, activity, inboxes, batch=batch, content_type=content_type)  # type: ignore[arg-type]
-        except InvalidSend as error:
-            event(f"refused: {type(error).__name__}")
-            assert rows_written() == 0
-        else:
-            event("accepted")
-            assert_stored_as_contacted()
-        transaction.set_rollback(True)
+
+    def call() -> object:
+        built = Batch(**batch.kwargs) if isinstance(batch, BatchArguments) else batch
+        return outbox.send(actor, activity, inboxes, batch=built, content_type=content_type)  # type: ignore[arg-type]
+
+    stored_as_contacted_or_refused(call)
