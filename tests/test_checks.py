@@ -25,6 +25,8 @@ def test_each_mistake_has_its_id() -> None:
     assert "django_outbox.E004" in ids(OUTBOX_ALLOWED_NETWORKS=["10.0.0.0/33"])
     assert "django_outbox.E005" in ids(OUTBOX_BREAKER_CACHE="nope")
     assert "django_outbox.E006" in ids(OUTBOX_PER_HOST=0)
+    assert "django_outbox.E006" in ids(OUTBOX_MAX_INBOXES=0)
+    assert "django_outbox.E007" in ids(OUTBOX_MAX_ATTEMPTS=40_000)
 
 
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
