@@ -27,13 +27,14 @@ def inboxes(count: int) -> list[str]:
 def one(env: Env, urls: list[str], with_expand: bool) -> dict[str, Any]:
     """Time one ``send`` and then the expansion of what it stored."""
     from django_outbox import outbox
+    from django_outbox.conf import conf
     from django_outbox.fanout import expand
     from django_outbox.validation import clean_inboxes
 
     reset_state(env)
     busy = wait_quiet()
     t0 = time.perf_counter()
-    clean_inboxes(urls)
+    clean_inboxes(urls, conf.MAX_INBOXES)
     validate = time.perf_counter() - t0
     t0 = time.perf_counter()
     message = outbox.send(ACTOR, activity(len(urls)), urls)
