@@ -94,19 +94,21 @@ def check_inbox_count(count: int, max_inboxes: int) -> None:
 def _clean_well_formed(inboxes: list[Any] | tuple[Any, ...], max_inboxes: int) -> list[str] | None:
     """The inboxes de-duplicated if all are canonical URLs, checked in one match; else None.
 
-    ``None`` (also when an item is not a string) sends the caller to the one-by-one
-    check, which raises the error of the first bad inbox exactly as it would have
-    without this.  The URLs returned are plain strings split from the joined text.
+    ``None`` (also when an item is not a string, or cannot be hashed) sends the
+    caller to the one-by-one check, which raises the error of the first bad inbox
+    exactly as it would have without this.
     """
     try:
-        lines = "\n".join(inboxes)
-    except TypeError:
+        seen = dict.fromkeys(inboxes)
+        lines = "\n".join(seen)
+    except Exception:  # the one-by-one check raises the same, in its order
         return None
-    if lines.count("\n") != len(inboxes) - 1 or not well_formed_lines(lines, columns.URL):
+    if set(map(type, seen)) != {str}:  # a str subclass may hash and compare as it likes
         return None
-    clean = list(dict.fromkeys(lines.split("\n")))
-    check_inbox_count(len(clean), max_inboxes)
-    return clean
+    if lines.count("\n") != len(seen) - 1 or not well_formed_lines(lines, columns.URL):
+        return None
+    check_inbox_count(len(seen), max_inboxes)
+    return list(seen)
 
 
 def serialise_activity(activity: object, max_bytes: int) -> bytes:

@@ -101,3 +101,21 @@ def test_the_per_host_cap_holds_for_the_host_contacted() -> None:
     finally:
         engine.stop()
     assert most == {"h.example": 1}
+
+
+class Sneaky(str):
+    """A string that claims to equal every other one."""
+
+    def __hash__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+def test_string_subclasses_are_read_as_the_text_they_hold() -> None:
+    urls = ["https://a.example/inbox", "https://b.example/inbox"]
+    outbox.send(ACTOR, ACTIVITY, [Sneaky(url) for url in urls])
+    stored = list(Delivery.objects.order_by("inbox").values_list("inbox", flat=True))
+    assert stored == urls
+    assert {type(url) for url in stored} == {str}
