@@ -17,7 +17,7 @@ _POSITIVE = (
     "CHUNK_SIZE",
     "MAX_ATTEMPTS",
     "CONCURRENCY",
-    "MAX_THREADS",
+    "MAX_IN_FLIGHT",
     "PER_HOST",
     "LEASE_SECONDS",
     "TOTAL_TIMEOUT",
