@@ -18,10 +18,11 @@ from django_outbox.tasks import deliver
 from testproject.demo.keys import ACTOR, ED_ACTOR
 from testproject.demo.models import SignalLog
 from testproject.inbox_servers import Behaviour, InboxServer
-from tests.conftest import Worker, wait_for
-from tests.verifiers import verify_cavage, verify_rfc9421
+from tests.support.verifiers import verify_cavage, verify_rfc9421
+from tests.support.waiting import wait_for
+from tests.support.workers import Worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "n1"}
 

@@ -1,0 +1,51 @@
+"""Unit fixtures: no broker (publishing is recorded), in-memory caches, an in-process worker.
+
+Nothing here connects to Redis or PostgreSQL: ``scripts/test`` runs these tests
+before it starts either, with neither ``REDIS_URL`` nor ``DATABASE_URL`` set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.core.cache import caches
+from django.core.cache.backends.locmem import LocMemCache
+
+from django_outbox.worker.process import stop_this_process
+from tests.support.broker import RecordingApp
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> RecordingApp:
+    """What the package publishes during the test, recorded instead of sent."""
+    app = RecordingApp()
+    monkeypatch.setattr("django_outbox.dispatch.current_app", app)
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _no_broker(broker: RecordingApp) -> None:
+    """Every unit test publishes to the recorder, never to a real broker."""
+
+
+@pytest.fixture(autouse=True)
+def _empty_local_caches() -> None:
+    """In-memory caches (remembered signing schemes) start empty in each test."""
+    for cache in caches.all(initialized_only=True):
+        if isinstance(cache, LocMemCache):
+            cache.clear()
+
+
+@pytest.fixture
+def worker_process() -> Iterator[None]:
+    """A fresh in-process worker (engine, recorder, transport) for ``run_deliveries``.
+
+    The test creates it on first use; it is stopped at teardown, so that no
+    engine or recorder thread outlives the test.
+    """
+    stop_this_process(timeout=1)
+    try:
+        yield
+    finally:
+        stop_this_process(timeout=5)
