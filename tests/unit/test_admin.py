@@ -84,9 +84,7 @@ def test_hosts_can_be_marked_available(staff: Client) -> None:
     assert not Host.objects.exists()
 
 
-def test_open_breakers_are_listed_and_reset(
-    staff: Client, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_open_breakers_are_listed_and_reset(staff: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     # The store the settings ask for is made anew on each call: share one memory store.
     store = MemoryBreakerStore()
     monkeypatch.setattr("django_outbox.admin.configured_store", lambda: store)
