@@ -11,7 +11,10 @@ from collections.abc import Iterator
 import pytest
 from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
+from django.db import connections
 
+from django_outbox.store.transitions import OutcomePlan
+from django_outbox.worker import recorder
 from django_outbox.worker.process import stop_this_process
 from tests.support.broker import RecordingApp
 
@@ -38,12 +41,22 @@ def _empty_local_caches() -> None:
 
 
 @pytest.fixture
-def worker_process() -> Iterator[None]:
+def worker_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A fresh in-process worker (engine, recorder, transport) for ``run_deliveries``.
 
-    The test creates it on first use; it is stopped at teardown, so that no
-    engine or recorder thread outlives the test.
+    The test creates it on first use; it is stopped at teardown, so that no engine
+    or recorder thread outlives the test.  The recorder thread closes its database
+    connection after each batch, so that none is left open on the test database.
     """
+    save_and_publish = recorder.publish_effects
+
+    def publish_then_close(plan: OutcomePlan) -> None:
+        try:
+            save_and_publish(plan)
+        finally:
+            connections.close_all()  # the recorder thread's own
+
+    monkeypatch.setattr(recorder, "publish_effects", publish_then_close)
     stop_this_process(timeout=1)
     try:
         yield
