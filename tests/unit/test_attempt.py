@@ -47,8 +47,8 @@ def transport() -> Iterator[Transport]:
     made.close()
 
 
-def jobs(inbox_server: InboxServer, path: str, count: int) -> list[Job]:
-    """``count`` claimed jobs to ``path`` on one host (no rows: ``perform`` reads none)."""
+def jobs(inbox_server: InboxServer, count: int) -> list[Job]:
+    """``count`` claimed jobs to ``/down`` on one host (no rows: ``perform`` reads none)."""
     key = resolve(ACTOR)
     assert key is not None
     body = MessageData(
@@ -66,7 +66,7 @@ def jobs(inbox_server: InboxServer, path: str, count: int) -> list[Job]:
     return [
         Job(
             ClaimedRow(
-                n, 1, inbox_server.url(f"{path}?n={n}"), "127.0.0.1", [], Lane.DEFAULT, "", 1, "t"
+                n, 1, inbox_server.url(f"/down?n={n}"), "127.0.0.1", [], Lane.DEFAULT, "", 1, "t"
             ),
             body,
             key,
@@ -93,35 +93,24 @@ def test_a_threshold_of_nought_or_less_turns_breakers_off(threshold: int) -> Non
         assert configured_policy() == BreakerPolicy(threshold=3, cool_off=60.0, answer_within=20)
 
 
-def test_with_breakers_off_every_delivery_to_a_failing_host_is_sent(
-    inbox_server: InboxServer, transport: Transport
+@pytest.mark.parametrize(
+    ("threshold", "store", "sent"),
+    [(0, NoBreakers, FAILING), (3, MemoryBreakerStore, 3)],
+    ids=["breakers off: no store is asked", "breakers on"],
+)
+def test_a_failing_host_is_held_after_the_threshold_unless_breakers_are_off(
+    inbox_server: InboxServer, transport: Transport, threshold: int, store: type, sent: int
 ) -> None:
     inbox_server.behave("/down", Behaviour(statuses=(503,)))
-    with override_settings(OUTBOX_BREAKER_THRESHOLD=0):
+    with override_settings(OUTBOX_BREAKER_THRESHOLD=threshold):
         policy = configured_policy()
-    outcomes = [
-        perform(job, transport, NoBreakers(), policy)
-        for job in jobs(inbox_server, "/down", FAILING)
-    ]  # type: ignore[arg-type]
-    assert [o.result for o in outcomes] == [AttemptResult.RETRY] * FAILING
-    assert [o.status for o in outcomes] == [503] * FAILING
-    assert len(inbox_server.requests()) == FAILING
-
-
-def test_with_breakers_on_the_same_host_is_held_after_the_threshold(
-    inbox_server: InboxServer, transport: Transport
-) -> None:
-    inbox_server.behave("/down", Behaviour(statuses=(503,)))
-    with override_settings(OUTBOX_BREAKER_THRESHOLD=3):
-        policy = configured_policy()
-    store = MemoryBreakerStore()
-    outcomes = [
-        perform(job, transport, store, policy) for job in jobs(inbox_server, "/down", FAILING)
-    ]
-    assert [o.result for o in outcomes] == [AttemptResult.RETRY] * 3 + [AttemptResult.HELD] * (
-        FAILING - 3
-    )
-    assert len(inbox_server.requests()) == 3
+    breakers = store()
+    outcomes = [perform(job, transport, breakers, policy) for job in jobs(inbox_server, FAILING)]
+    held = FAILING - sent
+    expected = [AttemptResult.RETRY] * sent + [AttemptResult.HELD] * held
+    assert [o.result for o in outcomes] == expected
+    assert [o.status for o in outcomes] == [503] * sent + [None] * held
+    assert len(inbox_server.requests()) == sent
 
 
 @pytest.mark.django_db
@@ -155,7 +144,7 @@ def test_an_exception_while_attempting_is_a_retry_and_the_next_attempt_sends(
     assert inbox_server.requests() == []
     # Retried on a countdown (jitter shortens the second by up to a quarter).
     assert broker.countdowns() == {row.pk: 1}
-    assert 0.7 < (failed.next_attempt_at - failed.created_at).total_seconds() < 2
+    assert 0.7 < (failed.next_attempt_at - failed.created_at).total_seconds() < 3
 
     monkeypatch.setattr("django_outbox.worker.process.perform", perform)
     time.sleep(max(0.0, (failed.next_attempt_at - timezone.now()).total_seconds()))
