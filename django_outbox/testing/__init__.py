@@ -20,7 +20,7 @@ from django_outbox.testing.capture import (
     captured_sends,
 )
 from django_outbox.testing.delivery import DeliveryLoop
-from django_outbox.testing.inbox import Answer, FakeInbox, FakeTransport, Handler, InboxRequest
+from django_outbox.testing.inbox import Answer, FakeInbox, Handler, InboxRequest
 from django_outbox.testing.signatures import verify_signature
 
 __all__ = [
@@ -29,7 +29,6 @@ __all__ = [
     "CapturedSend",
     "DeliveryLoop",
     "FakeInbox",
-    "FakeTransport",
     "Handler",
     "InboxRequest",
     "OutboxCapture",

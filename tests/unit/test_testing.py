@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,9 +27,9 @@ from django_outbox.signals import delivery_settled
 from django_outbox.testing import CaptureEnded, captured_sends
 from django_outbox.testing.capture import OutboxCapture
 from testproject.demo.keys import ACTOR, ED_ACTOR
-from tests.conftest import ROOT
 from tests.unit.outbox_helpers import ACTIVITY, inboxes, receiving, unreachable_broker
 
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
 pytest_plugins = ["django_outbox.testing.pytest_plugin"]
 Capture = Callable[..., Any]  # pytest-django's django_capture_on_commit_callbacks

@@ -20,6 +20,7 @@ from django_outbox.models import Delivery, DeliveryState
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled
 from django_outbox.testing import (
     Answer,
+    DeliveryLoop,
     FakeInbox,
     InboxRequest,
     OutboxCapture,
@@ -220,3 +221,15 @@ def test_delivering_after_the_block_publishes_nothing(caplog: pytest.LogCaptureF
         sent.deliver_all(FakeInbox(500))
     assert [task.countdown is not None for task in sent.tasks] == [False, True]
     assert caplog.text == ""
+
+
+def test_rounds_are_bounded(
+    send: Callable[..., OutboxCapture], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("django_outbox.testing.delivery.MAX_ROUNDS", 2)
+    target, batch = inboxes(1, "bounded"), Batch(ordering_key="chain")
+    for _ in range(3):
+        sent = send(target, batch=batch)
+    with pytest.raises(DeliveryLoop, match="after 2 rounds"):
+        sent.deliver_all()
+    assert [row.state for row in rows(sent)] == ["delivered", "delivered", "queued"]
