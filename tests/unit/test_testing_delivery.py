@@ -12,7 +12,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_outbox import outbox
+from django_outbox import PortableInbox, outbox
 from django_outbox.batch import Batch
 from django_outbox.dispatch import DELIVER
 from django_outbox.keys import SenderKey
@@ -233,3 +233,19 @@ def test_rounds_are_bounded(
     with pytest.raises(DeliveryLoop, match="after 2 rounds"):
         sent.deliver_all()
     assert [row.state for row in rows(sent)] == ["delivered", "delivered", "queued"]
+
+
+def test_a_portable_inbox_through_its_gateways(
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    did = "did:key:z6MkrJVnaZkeFzdQyMZu1cgjg7k1pZZ6pvBQ7XJPt4swbTQ2"
+    portable = PortableInbox(
+        f"ap://{did}/actor/inbox", ["https://down.example", "https://up.example"]
+    )
+    down, up = portable.targets()
+    with captured_sends() as sent, django_capture_on_commit_callbacks(execute=True):
+        outbox.send_portable(ACTOR, ACTIVITY, [portable])
+    assert sent.inboxes == [portable.inbox]
+    [row] = sent.deliver_all(inboxes={down: FakeInbox(503)})
+    assert sent.inbox.urls == [up]
+    assert row.state == DeliveryState.DELIVERED
