@@ -112,9 +112,11 @@ class _TaskList:
 
     @contextmanager
     def connect(self) -> Iterator[SendTask]:
+        """No connection: each message is appended to the list."""
         yield self.append
 
     def append(self, name: str, args: tuple[Any, ...], queue: str, countdown: float | None) -> None:
+        """Record one task message."""
         self.tasks.append(PublishedTask(name, args, queue, countdown))
 
 
