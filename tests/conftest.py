@@ -17,6 +17,9 @@ import pytest
 
 from tests.support.workers import postgres
 
+# The fixture the package ships for applications' tests (tests/unit/test_testing.py uses it).
+pytest_plugins = ["django_outbox.testing.pytest_plugin"]
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not postgres():

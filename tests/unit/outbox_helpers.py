@@ -9,6 +9,7 @@ from typing import Any
 from celery import Celery, current_app
 from django.dispatch import Signal
 
+from django_outbox import dispatch
 from testproject.demo.keys import ACTOR
 
 ACTIVITY: dict[str, Any] = {
@@ -47,15 +48,20 @@ def unreachable_broker() -> Iterator[Celery]:
     """Make the current Celery app one whose broker is a port where nothing listens.
 
     Publishing to it fails at once (no retries), and ``dispatch`` logs a warning.
+    The app is also the one ``dispatch`` publishes with, in place of the recording
+    broker the unit tests' conftest puts there.
     """
     app = Celery("unreachable", broker="redis://127.0.0.1:1/0", set_as_current=False)
     app.conf.broker_connection_retry = False
     app.conf.task_publish_retry = False
     app.conf.broker_transport_options = {"max_retries": 0}
     previous = current_app._get_current_object()
+    recording = dispatch.current_app
     app.set_current()
+    dispatch.current_app = app
     try:
         yield app
     finally:
+        dispatch.current_app = recording
         previous.set_current()
         app.close()

@@ -31,7 +31,6 @@ from tests.unit.outbox_helpers import ACTIVITY, inboxes, receiving, unreachable_
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.django_db
-pytest_plugins = ["django_outbox.testing.pytest_plugin"]
 Capture = Callable[..., Any]  # pytest-django's django_capture_on_commit_callbacks
 
 
