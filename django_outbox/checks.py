@@ -70,6 +70,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_outbox.W003",
             )
         )
+    if hasattr(settings, "OUTBOX_MAX_THREADS"):
+        errors.append(
+            Warning(
+                "OUTBOX_MAX_THREADS is no longer read: deliveries wait on an event loop, "
+                "not in threads.",
+                hint="Set OUTBOX_MAX_IN_FLIGHT (deliveries in flight at most, slow ones "
+                "included) instead.",
+                id="django_outbox.W004",
+            )
+        )
     engine = str(settings.DATABASES.get("default", {}).get("ENGINE", ""))
     if not settings.DEBUG and engine.endswith("sqlite3"):
         errors.append(
