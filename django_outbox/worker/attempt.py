@@ -8,8 +8,9 @@ no database: the recorder saves the outcome.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
@@ -21,7 +22,10 @@ from django_outbox.signing.schemes import remember, remembered
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
+    ConnectFailed,
+    ResolveError,
     Response,
+    TimedOut,
     Transport,
     TransportError,
     retry_after_seconds,
@@ -47,9 +51,12 @@ class Job:
         error: str = "",
         retry_after: float | None = None,
         held_for: float | None = None,
+        failure: str = "",
     ) -> Outcome:
         """The :class:`Outcome` of this job's attempt."""
-        return Outcome(self.row, self.message, result, status, error, retry_after, held_for)
+        return Outcome(
+            self.row, self.message, result, status, error, retry_after, held_for, failure=failure
+        )
 
 
 _HELD = {
@@ -58,7 +65,7 @@ _HELD = {
 }
 
 
-def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
+def _post(transport: Transport, job: Job, url: str, scheme: Scheme, sent: list[str]) -> Response:
     headers = sign_headers(
         scheme,
         job.key,
@@ -70,20 +77,21 @@ def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
         extra_headers=job.extra_headers,
         covered_extra=tuple(name.lower() for name in job.extra_headers),
     )
+    sent.append(scheme.value)
     return transport.post(url, headers, job.message.body)
 
 
-def _knock(transport: Transport, job: Job, url: str) -> Response:
+def _knock(transport: Transport, job: Job, url: str, sent: list[str]) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
     parts = urlsplit(url)
     origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
     known = remembered(origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = _post(transport, job, url, first)
+    response = _post(transport, job, url, first, sent)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = _post(transport, job, url, accepted)
+        response = _post(transport, job, url, accepted, sent)
     if 200 <= response.status < 300 and accepted != known:
         remember(origin, accepted)
     return response
@@ -105,17 +113,34 @@ def perform(
     job: Job, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
 ) -> Outcome:
     """Make one attempt at ``job``: at each gateway in turn, or at its inbox."""
+    started_at, began = time.time(), time.perf_counter()
     targets = job.row.via or [job.row.inbox]
     outcome = job.outcome(AttemptResult.RETRY, error="nowhere to deliver")
+    sent: list[str] = []
     for url in targets:
-        outcome = _attempt_at(job, url, transport, breakers, policy)
+        outcome = _attempt_at(job, url, transport, breakers, policy, sent)
         if outcome.result is AttemptResult.DELIVERED:
             break
-    return outcome
+    duration = time.perf_counter() - began
+    return replace(outcome, started_at=started_at, duration=duration, schemes=tuple(sent))
+
+
+def _failure(error: TransportError) -> str:
+    """The class of a request that got no answer, as the metrics count it."""
+    if isinstance(error, TimedOut):
+        return "timeout"
+    if isinstance(error, ConnectFailed | ResolveError):
+        return "connect"
+    return "error"
 
 
 def _attempt_at(
-    job: Job, url: str, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
+    job: Job,
+    url: str,
+    transport: Transport,
+    breakers: BreakerStore,
+    policy: BreakerPolicy | None,
+    sent: list[str],
 ) -> Outcome:
     key = ""
     admission: Admission | None = None
@@ -126,11 +151,11 @@ def _attempt_at(
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     try:
-        response = _knock(transport, job, url)
+        response = _knock(transport, job, url, sent)
     except BlockedAddress as error:
-        outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
+        outcome = job.outcome(AttemptResult.REFUSED, error=str(error), failure="blocked")
     except TransportError as error:
-        outcome = job.outcome(AttemptResult.RETRY, error=str(error))
+        outcome = job.outcome(AttemptResult.RETRY, error=str(error), failure=_failure(error))
     else:
         outcome = _judge(job, response)
     if policy is not None:

@@ -104,6 +104,11 @@ class Engine(Generic[J]):
         self._threads.add(thread)
         thread.start()
 
+    def usage(self) -> tuple[int, int]:
+        """Threads running a job now, and threads started (for the metrics)."""
+        with self._lock:
+            return self._running, len(self._threads)
+
     def room(self) -> int:
         """How many more jobs may be submitted before ``submit`` would block."""
         with self._lock:
