@@ -198,7 +198,7 @@ def settle_times(now: datetime) -> Quantiles | None:
         .order_by("-finished_at")
         .values_list("finished_at", "message__created_at")[:SETTLE_SAMPLE]
     )
-    return quantiles((done - sent).total_seconds() for done, sent in rows)
+    return quantiles((done - sent).total_seconds() for done, sent in rows if done and sent)
 
 
 def failing_hosts(now: datetime, limit: int = 10) -> tuple[int, int, list[FailingHost]]:
