@@ -131,6 +131,8 @@ class _ProcessMetrics:
 
     def stop(self) -> None:
         """Write what is pending and withdraw this process's usage report."""
+        with self._write_lock:
+            self.usage = None  # the flushing thread reports no more
         self.flush()
         try:
             configured_metrics_store().forget(self.name)
