@@ -102,15 +102,18 @@ def fill(finished: int = 3000) -> dict[str, int]:
     )
     Delivery.objects.bulk_create(rows, batch_size=500)
     _failing_hosts(now, rng)
-    return {
-        state: Delivery.objects.filter(state=state).count() for state in DeliveryState.values
-    }
+    return {state: Delivery.objects.filter(state=state).count() for state in DeliveryState.values}
 
 
 def _failing_hosts(now: datetime, rng: random.Random) -> None:
     today = now.date()
-    Host.objects.create(name="dead.example", failure_days=8, last_failure_day=today,
-                        first_failure_at=now - timedelta(days=8), unavailable_since=now)
+    Host.objects.create(
+        name="dead.example",
+        failure_days=8,
+        last_failure_day=today,
+        first_failure_at=now - timedelta(days=8),
+        unavailable_since=now,
+    )
     Host.objects.create(name="flaky.example", failure_days=1, last_failure_day=today)
     failing = Delivery.objects.filter(host__in=["dead.example", "flaky.example"]).order_by("id")
     history = []

@@ -74,13 +74,15 @@ def test_scraped_counts_equal_the_database_after_a_prefork_worker() -> None:
         finished = sum(by_state_lane.values())
         assert finished == 35
         wait_for(
-            lambda: sum(
-                value(samples, "outbox_deliveries_finished_total", state=s, lane=lane)
-                for (s, lane) in by_state_lane
-            )
-            == finished
-            if (samples := scrape())
-            else False,
+            lambda: (
+                sum(
+                    value(samples, "outbox_deliveries_finished_total", state=s, lane=lane)
+                    for (s, lane) in by_state_lane
+                )
+                == finished
+                if (samples := scrape())
+                else False
+            ),
             10,
         )
         samples = scrape()
