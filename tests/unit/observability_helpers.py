@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from hashlib import sha256
 from typing import Any
@@ -12,6 +13,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_outbox.breakers import MemoryBreakerStore
+from django_outbox.metrics import recording
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Delivery, DeliveryState, Message
 from django_outbox.outcomes import AttemptResult, Outcome
@@ -26,17 +28,18 @@ NO_REDIS: dict[str, Any] = {
 }
 
 
-@pytest.fixture
+@contextmanager
 def memory_only() -> Iterator[None]:
     """Settings without Redis, and an empty in-memory metrics store."""
     with override_settings(**NO_REDIS):
+        recording.flush()  # what earlier tests left pending
         configured_metrics_store().clear()
         yield
+        recording.flush()
         configured_metrics_store().clear()
 
 
-@pytest.fixture
-def breakers(monkeypatch: pytest.MonkeyPatch) -> MemoryBreakerStore:
+def shared_breakers(monkeypatch: pytest.MonkeyPatch) -> MemoryBreakerStore:
     """One in-memory breaker store that the status readers see (each
     ``configured_store()`` call makes a new one without Redis)."""
     store = MemoryBreakerStore()

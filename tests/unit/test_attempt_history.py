@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -15,9 +16,15 @@ from django_outbox.models import Attempt, Delivery, DeliveryState
 from django_outbox.outcomes import AttemptResult
 from django_outbox.store.transitions import prune
 from django_outbox.worker.recorder import apply_outcomes
-from tests.unit.observability_helpers import claimed, memory_only, outcome  # noqa: F401
+from tests.unit.observability_helpers import claimed, memory_only, outcome
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_only")]
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_redis() -> Iterator[None]:
+    with memory_only():
+        yield
 
 
 def reclaim(row: Delivery, token: str, attempts: int) -> Delivery:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
+from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any
 
@@ -15,15 +16,15 @@ from django.utils import timezone
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host
-from django_outbox.breakers import MemoryBreakerStore
-from tests.unit.observability_helpers import (  # noqa: F401
-    breakers,
-    deliveries,
-    memory_only,
-    message,
-)
+from tests.unit.observability_helpers import deliveries, memory_only, message, shared_breakers
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_only")]
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _no_redis() -> Iterator[None]:
+    with memory_only():
+        yield
 
 
 def run(*args: str) -> str:
@@ -88,8 +89,9 @@ def test_status_quantiles_of_settle_and_attempt_times() -> None:
 
 
 def test_status_text_leads_with_the_lanes_and_names_failing_hosts_and_breakers(
-    breakers: MemoryBreakerStore,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    breakers = shared_breakers(monkeypatch)
     a_day_of_rows()
     Host.objects.create(name="dead.example", failure_days=3, last_failure_day=date.today())
     breakers.record("host:dead.example", BreakerPolicy(threshold=1), failed=True, admission=None)
@@ -152,7 +154,8 @@ def test_give_up_fails_live_deliveries() -> None:
     assert Delivery.objects.filter(last_error="host retired").count() == 9
 
 
-def test_hosts_list_and_reset(breakers: MemoryBreakerStore) -> None:
+def test_hosts_list_and_reset(monkeypatch: pytest.MonkeyPatch) -> None:
+    breakers = shared_breakers(monkeypatch)
     Host.objects.create(name="dead.example", failure_days=8, last_failure_day=date.today())
     Host.objects.create(name="flaky.example", last_failure_day=date.today())
     store = breakers
