@@ -36,7 +36,11 @@ logger = logging.getLogger("django_outbox.metrics")
 
 #: Seconds between writes of a process's sums to the store.
 FLUSH_EVERY = 1.0
-_FINAL = frozenset(state.value for state in FINAL_STATES)
+#: A final state (the member, or its value) -> its value.
+_FINAL: dict[str, str] = {
+    **{state: state.value for state in FINAL_STATES},
+    **{state.value: state.value for state in FINAL_STATES},
+}
 _NO_ATTEMPT = (AttemptResult.RELEASED, AttemptResult.EXPIRED, AttemptResult.SKIPPED)
 
 
@@ -75,14 +79,19 @@ def tally_batch(
             tally.observe(ATTEMPT_SECONDS, outcome.duration)
             tally.timings.append(f"{outcome.row.host} {outcome.duration:.4f}")
     now = time.time()
+    sent_at: dict[int, float] = {}  # a message's creation, as a timestamp
     for outcome, fields in finished:
-        state = str(fields["state"])
-        if state in _FINAL:
-            lane = outcome.row.lane
-            tally.count((FINISHED, "state", state, "lane", lane))
-            created = outcome.message.created_at
-            if created is not None:
-                tally.observe(SETTLE_SECONDS, max(0.0, now - created.timestamp()), "lane", lane)
+        state = _FINAL.get(fields["state"])
+        if state is None:
+            continue
+        lane = outcome.row.lane
+        tally.count((FINISHED, "state", state, "lane", lane))
+        message = outcome.message
+        if message.created_at is not None:
+            sent = sent_at.get(message.id)
+            if sent is None:
+                sent = sent_at[message.id] = message.created_at.timestamp()
+            tally.observe(SETTLE_SECONDS, max(0.0, now - sent), "lane", lane)
     return tally
 
 

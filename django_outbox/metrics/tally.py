@@ -36,6 +36,8 @@ def bound_label(bound: float) -> str:
 
 
 _LE = {name: [*map(bound_label, bounds), "+Inf"] for name, bounds in HISTOGRAMS.items()}
+#: The bucket keys and the sum key of each histogram and label set (both bounded sets).
+_KEYS: dict[tuple[str, tuple[str, ...]], tuple[list[Key], Key]] = {}
 
 
 def encode(key: Key) -> str:
@@ -71,9 +73,12 @@ class Tally:
 
     def observe(self, name: str, value: float, *labels: str) -> None:
         """Count ``value`` in the histogram ``name`` (``labels``: names and values in turn)."""
-        bounds = HISTOGRAMS[name]
-        self.counts[(f"{name}_bucket", *labels, "le", _LE[name][bisect_left(bounds, value)])] += 1
-        self.sums[(f"{name}_sum", *labels)] += value
+        keys = _KEYS.get((name, labels))
+        if keys is None:
+            buckets = [(f"{name}_bucket", *labels, "le", le) for le in _LE[name]]
+            keys = _KEYS.setdefault((name, labels), (buckets, (f"{name}_sum", *labels)))
+        self.counts[keys[0][bisect_left(HISTOGRAMS[name], value)]] += 1
+        self.sums[keys[1]] += value
 
     def merge(self, other: Tally) -> None:
         """Add ``other``'s counts, sums and timings to this tally."""

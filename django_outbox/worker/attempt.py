@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
@@ -97,16 +98,27 @@ def _knock(transport: Transport, job: Job, url: str, sent: list[str]) -> Respons
     return response
 
 
-def _judge(job: Job, response: Response) -> Outcome:
+class _Ending(NamedTuple):
+    """How an attempt at one URL ended: the :class:`Outcome`'s fields but its timing."""
+
+    result: AttemptResult
+    status: int | None = None
+    error: str = ""
+    retry_after: float | None = None
+    held_for: float | None = None
+    failure: str = ""
+
+
+def _judge(response: Response) -> _Ending:
     """What an answer means for the delivery: delivered, refused for good, or retry."""
     status = response.status
     if 200 <= status < 300:
-        return job.outcome(AttemptResult.DELIVERED, status=status)
+        return _Ending(AttemptResult.DELIVERED, status)
     error = f"HTTP {status}"
     if conf.PERMANENT_STATUS(status):
-        return job.outcome(AttemptResult.REFUSED, status=status, error=error)
+        return _Ending(AttemptResult.REFUSED, status, error)
     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-    return job.outcome(AttemptResult.RETRY, status=status, error=error, retry_after=retry_after)
+    return _Ending(AttemptResult.RETRY, status, error, retry_after)
 
 
 def perform(
@@ -114,15 +126,18 @@ def perform(
 ) -> Outcome:
     """Make one attempt at ``job``: at each gateway in turn, or at its inbox."""
     started_at, began = time.time(), time.perf_counter()
-    targets = job.row.via or [job.row.inbox]
-    outcome = job.outcome(AttemptResult.RETRY, error="nowhere to deliver")
+    ending = _Ending(AttemptResult.RETRY, error="nowhere to deliver")
     sent: list[str] = []
-    for url in targets:
-        outcome = _attempt_at(job, url, transport, breakers, policy, sent)
-        if outcome.result is AttemptResult.DELIVERED:
+    for url in job.row.via or [job.row.inbox]:
+        ending = _attempt_at(job, url, transport, breakers, policy, sent)
+        if ending.result is AttemptResult.DELIVERED:
             break
     duration = time.perf_counter() - began
-    return replace(outcome, started_at=started_at, duration=duration, schemes=tuple(sent))
+    result, status, error, retry_after, held_for, failure = ending
+    return Outcome(
+        job.row, job.message, result, status, error, retry_after, held_for,
+        started_at, duration, tuple(sent), failure,
+    )  # fmt: skip
 
 
 def _failure(error: TransportError) -> str:
@@ -141,7 +156,7 @@ def _attempt_at(
     breakers: BreakerStore,
     policy: BreakerPolicy | None,
     sent: list[str],
-) -> Outcome:
+) -> _Ending:
     key = ""
     admission: Admission | None = None
     if policy is not None:
@@ -149,16 +164,16 @@ def _attempt_at(
         admission = breakers.admit(key, policy)
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
-            return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
+            return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     try:
         response = _knock(transport, job, url, sent)
     except BlockedAddress as error:
-        outcome = job.outcome(AttemptResult.REFUSED, error=str(error), failure="blocked")
+        ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
     except TransportError as error:
-        outcome = job.outcome(AttemptResult.RETRY, error=str(error), failure=_failure(error))
+        ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
     else:
-        outcome = _judge(job, response)
+        ending = _judge(response)
     if policy is not None:
-        failed = outcome.result is AttemptResult.RETRY and server_failed(outcome.status)
+        failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
         breakers.record(key, policy, failed=failed, admission=admission)
-    return outcome
+    return ending
