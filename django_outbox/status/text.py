@@ -167,7 +167,7 @@ def render_host(report: HostReport) -> str:
         (
             [
                 clock(a.at),
-                a.delivery_id,
+                str(a.delivery_id),
                 f"{a.number}" + (f" held x{a.times}" if a.held else ""),
                 a.result,
                 a.status,
