@@ -19,8 +19,8 @@ from typing import Protocol
 
 import redis
 
+from django_outbox.breakers.redis_store import cache_client
 from django_outbox.conf import conf
-from django_outbox.exceptions import OutboxConfigurationError
 
 #: Recent attempts kept for ``outbox status`` quantiles and the slowest hosts.
 WINDOW = 5000
@@ -157,16 +157,4 @@ def configured_metrics_store() -> MetricsStore:
     The alias is ``OUTBOX_METRICS_CACHE``, by default ``OUTBOX_BREAKER_CACHE``.
     """
     alias = conf.METRICS_CACHE
-    if alias is None:
-        return _memory
-
-    def connect() -> redis.Redis:
-        from django_redis import get_redis_connection
-
-        try:
-            client: redis.Redis = get_redis_connection(alias)
-        except NotImplementedError as error:
-            raise OutboxConfigurationError(f"cache {alias!r} is not django-redis") from error
-        return client
-
-    return RedisMetricsStore(connect)
+    return _memory if alias is None else RedisMetricsStore(cache_client(alias))

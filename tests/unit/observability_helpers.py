@@ -17,7 +17,8 @@ from django_outbox.metrics import recording
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Delivery, DeliveryState, Message
 from django_outbox.outcomes import AttemptResult, Outcome
-from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.store.claimed import ClaimedRow, load_messages
+from django_outbox.store.transitions import claim
 from testproject.demo.keys import ACTOR
 
 #: No Redis anywhere: breakers, metrics and caches in this process's memory.
@@ -57,9 +58,11 @@ def message(**fields: Any) -> Message:
     )
 
 
-def deliveries(count: int, *, host: str = "a.example", **fields: Any) -> list[Delivery]:
-    """``count`` deliveries of a new message to ``host`` with ``fields``."""
-    parent = message(lane=fields.get("lane", "outbox"))
+def deliveries(
+    count: int, *, host: str = "a.example", sent: dict[str, Any] | None = None, **fields: Any
+) -> list[Delivery]:
+    """``count`` deliveries to ``host`` with ``fields``, of a new message with ``sent``."""
+    parent = message(lane=fields.get("lane", "outbox"), **(sent or {}))
     rows = [
         Delivery(message=parent, inbox=f"https://{host}/inbox/{parent.pk}/{i}", host=host, **fields)
         for i in range(count)
@@ -67,43 +70,22 @@ def deliveries(count: int, *, host: str = "a.example", **fields: Any) -> list[De
     return Delivery.objects.bulk_create(rows)
 
 
-def claimed(count: int, token: str = "t1", host: str = "a.example") -> list[Delivery]:
-    """Deliveries being sent under ``token``, one attempt spent."""
-    lease = timezone.now() + timedelta(minutes=5)
-    return deliveries(
-        count,
-        host=host,
-        state=DeliveryState.SENDING,
-        claimed_by=token,
-        attempts=1,
-        lease_until=lease,
-    )
+def claimed(
+    count: int, token: str = "t1", host: str = "a.example", **sent: Any
+) -> list[ClaimedRow]:
+    """``count`` deliveries claimed with ``token``, as a worker claims them."""
+    due = timezone.now() - timedelta(seconds=1)
+    rows = deliveries(count, host=host, sent=sent, state=DeliveryState.QUEUED, next_attempt_at=due)
+    return claim([row.pk for row in rows], token)
 
 
-def outcome(row: Delivery, result: AttemptResult, token: str = "t1", **details: Any) -> Outcome:
-    """The outcome of an attempt at ``row``, claimed with ``token``."""
-    parent = row.message
-    claimed_row = ClaimedRow(
-        row.pk,
-        parent.pk,
-        row.inbox,
-        row.host,
-        row.via,
-        row.lane,
-        row.ordering_key,
-        row.attempts,
-        token,
-    )
-    data = MessageData(
-        parent.pk,
-        parent.sender,
-        b"{}",
-        b"",
-        parent.content_type,
-        parent.deadline,
-        parent.activity_type,
-        False,
-        parent.max_attempts,
-        parent.created_at,
-    )
-    return Outcome(claimed_row, data, result, **details)
+def reclaim(row: ClaimedRow, token: str) -> ClaimedRow:
+    """Claim ``row`` again once it is queued: made due now, as its retry would come due."""
+    Delivery.objects.filter(pk=row.id).update(next_attempt_at=timezone.now())
+    (again,) = claim([row.id], token)
+    return again
+
+
+def outcome(row: ClaimedRow, result: AttemptResult, **details: Any) -> Outcome:
+    """The outcome of an attempt at the claimed ``row``."""
+    return Outcome(row, load_messages([row.message_id])[row.message_id], result, **details)

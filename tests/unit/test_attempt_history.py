@@ -12,11 +12,12 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_outbox.models import Attempt, Delivery, DeliveryState
+from django_outbox.models import Attempt, Delivery
+from django_outbox.operations import requeue
 from django_outbox.outcomes import AttemptResult
 from django_outbox.store.transitions import prune
 from django_outbox.worker.recorder import apply_outcomes
-from tests.unit.observability_helpers import claimed, memory_only, outcome
+from tests.unit.observability_helpers import claimed, memory_only, outcome, reclaim
 
 pytestmark = pytest.mark.django_db
 
@@ -25,14 +26,6 @@ pytestmark = pytest.mark.django_db
 def _no_redis() -> Iterator[None]:
     with memory_only():
         yield
-
-
-def reclaim(row: Delivery, token: str, attempts: int) -> Delivery:
-    """Claim ``row`` again as a worker would, with ``attempts`` spent."""
-    Delivery.objects.filter(pk=row.pk).update(
-        state=DeliveryState.SENDING, claimed_by=token, attempts=attempts
-    )
-    return Delivery.objects.select_related("message").get(pk=row.pk)
 
 
 def test_failures_and_late_successes_are_kept_first_successes_are_not() -> None:
@@ -56,8 +49,8 @@ def test_failures_and_late_successes_are_kept_first_successes_are_not() -> None:
         ]
     )
     rows = {row.delivery_id: row for row in Attempt.objects.all()}
-    assert set(rows) == {failing.pk, held.pk}
-    failed = rows[failing.pk]
+    assert set(rows) == {failing.id, held.id}
+    failed = rows[failing.id]
     assert (failed.number, failed.held, failed.status, failed.scheme) == (1, False, 503, "rfc9421")
     assert (failed.result, failed.error, failed.wait, failed.duration) == (
         "retry",
@@ -67,7 +60,7 @@ def test_failures_and_late_successes_are_kept_first_successes_are_not() -> None:
     )
     assert abs(failed.at.timestamp() - started) < 0.01
     assert failed.host == "a.example"
-    hold = rows[held.pk]
+    hold = rows[held.id]
     assert (hold.held, hold.times, hold.wait, hold.duration, hold.result) == (
         True,
         1,
@@ -76,32 +69,36 @@ def test_failures_and_late_successes_are_kept_first_successes_are_not() -> None:
         "held",
     )
 
-    later = reclaim(failing, "t2", 2)
-    apply_outcomes([outcome(later, AttemptResult.DELIVERED, token="t2", status=202)])
-    assert list(
-        Attempt.objects.filter(delivery=failing).order_by("number").values_list("number", "result")
-    ) == [(1, "retry"), (2, "delivered")]
+    later = reclaim(failing, "t2")
+    apply_outcomes([outcome(later, AttemptResult.DELIVERED, status=202)])
+    history = Attempt.objects.filter(delivery_id=failing.id).order_by("number")
+    assert list(history.values_list("number", "result")) == [(1, "retry"), (2, "delivered")]
 
 
 @override_settings(OUTBOX_MAX_ATTEMPTS=16)
 def test_holds_before_an_attempt_share_one_row_and_requeued_attempts_take_old_places() -> None:
-    (row,) = claimed(1)
+    (row,) = claimed(1, "h0")
     for n in range(5):
         # A hold gives its attempt back: the delivery is claimed again at attempt 1.
-        row = reclaim(row, f"h{n}", 1)
-        apply_outcomes([outcome(row, AttemptResult.HELD, token=f"h{n}", held_for=5.0)])
-    hold = Attempt.objects.get(delivery=row)
+        apply_outcomes([outcome(row, AttemptResult.HELD, held_for=5.0)])
+        row = reclaim(row, f"h{n + 1}")
+        assert row.attempts == 1
+    hold = Attempt.objects.get(delivery_id=row.id)
     assert (hold.number, hold.held, hold.times) == (1, True, 5)
 
     for attempt in (1, 2):
-        row = reclaim(row, f"a{attempt}", attempt)
-        apply_outcomes([outcome(row, AttemptResult.RETRY, token=f"a{attempt}", status=500)])
-    assert Attempt.objects.filter(delivery=row).count() == 3
+        assert row.attempts == attempt
+        apply_outcomes([outcome(row, AttemptResult.RETRY, status=500)])
+        row = reclaim(row, f"a{attempt}")
+    assert Attempt.objects.filter(delivery_id=row.id).count() == 3
     # Requeued: attempt 1 again replaces the first attempt's row, and counts afresh.
-    row = reclaim(row, "again", 1)
-    apply_outcomes([outcome(row, AttemptResult.RETRY, token="again", status=502)])
-    assert Attempt.objects.filter(delivery=row).count() == 3
-    first = Attempt.objects.get(delivery=row, number=1, held=False)
+    apply_outcomes([outcome(row, AttemptResult.REFUSED, status=410)])
+    assert requeue([row.id]) == 1
+    row = reclaim(row, "again")
+    assert row.attempts == 1
+    apply_outcomes([outcome(row, AttemptResult.RETRY, status=502)])
+    assert Attempt.objects.filter(delivery_id=row.id).count() == 4
+    first = Attempt.objects.get(delivery_id=row.id, number=1, held=False)
     assert (first.status, first.times) == (502, 1)
 
 
@@ -126,6 +123,6 @@ def test_pruning_a_delivery_removes_its_history() -> None:
     (row,) = claimed(1)
     apply_outcomes([outcome(row, AttemptResult.REFUSED, status=410, error="HTTP 410")])
     assert Attempt.objects.count() == 1
-    Delivery.objects.filter(pk=row.pk).update(finished_at=timezone.now() - timedelta(hours=1))
+    Delivery.objects.filter(pk=row.id).update(finished_at=timezone.now() - timedelta(hours=1))
     assert prune() == 2  # the delivery and its history row
     assert not Attempt.objects.exists()

@@ -20,7 +20,7 @@ from django_outbox.models import DeliveryState
 from django_outbox.outcomes import AttemptResult
 from django_outbox.status.snapshot import engine_usage
 from django_outbox.worker.recorder import apply_outcomes
-from tests.unit.observability_helpers import claimed, memory_only, message, outcome
+from tests.unit.observability_helpers import claimed, memory_only, outcome
 
 pytestmark = pytest.mark.django_db
 
@@ -92,10 +92,7 @@ def test_fields_round_trip_and_buckets_include_their_bound() -> None:
 
 
 def test_saved_batches_reach_the_store_and_the_exposition() -> None:
-    rows = claimed(4)
-    sent = message(created_at=timezone.now() - timedelta(seconds=3))
-    for row in rows:
-        row.message = sent
+    rows = claimed(4, created_at=timezone.now() - timedelta(seconds=3))
     apply_outcomes(
         [
             outcome(r, AttemptResult.DELIVERED, status=202, duration=0.2, schemes=("rfc9421",))
