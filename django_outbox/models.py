@@ -172,7 +172,10 @@ class Attempt(models.Model):
     with it when it is pruned.  ``host`` is the delivery's, for per-host queries.
     """
 
-    delivery = models.ForeignKey(Delivery, on_delete=models.CASCADE, related_name="history")
+    # The unique constraint's index (delivery, number, held) serves lookups by delivery.
+    delivery = models.ForeignKey(
+        Delivery, on_delete=models.CASCADE, related_name="history", db_index=False
+    )
     number = models.PositiveSmallIntegerField(help_text="The attempt's number (1 is the first).")
     held = models.BooleanField(
         default=False, help_text="Held before that attempt: no request was made."
