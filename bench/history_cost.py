@@ -88,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     setup_django(Env(_with_path(env.database_url, "/" + DATABASE), env.redis_url))
     from django.test import override_settings
 
-    no_history = mock.patch("django_outbox.store.transitions.save_history", lambda _: 0)
+    no_history = mock.patch("django_outbox.store.transitions.save_history", return_value=0)
     variants: dict[str, Callable[[], dict[str, float]]] = {
         "delivered, metrics on": lambda: variant("delivered", options.batches, []),
         "delivered, metrics off": lambda: variant(

@@ -133,7 +133,8 @@ class Delivery(models.Model):
                 condition=Q(state__in=("waiting", "queued", "sending")) & ~Q(ordering_key=""),
                 name="django_outbox_ordered_live",
             ),
-            models.Index(fields=("finished_at",), name="django_outbox_finished"),
+            # With the state, the status counts finished deliveries from the index alone.
+            models.Index(fields=("finished_at", "state"), name="django_outbox_finished"),
             models.Index(fields=("state", "id"), name="django_outbox_state"),
         ]
 

@@ -7,6 +7,8 @@ rows), failed attempts per bucket of the attempt history's ``at``.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +20,11 @@ from django_outbox.models import LIVE_STATES, Attempt, Delivery, Message
 
 #: Newest live deliveries looked at to find the batches under way.
 LIVE_SAMPLE = 5000
+#: Seconds an hour that has ended keeps its counts in this process.
+HOURS_KEPT = 3600.0
+
+_ended_hours: dict[datetime, tuple[Bucket, float]] = {}
+_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -40,33 +47,71 @@ class Bucket:
 
 
 def timeline(span: timedelta, unit: str, now: datetime | None = None) -> list[Bucket]:
-    """Buckets of one ``unit`` (``"minute"`` or ``"hour"``) over the last ``span``."""
+    """Buckets of one ``unit`` (``"minute"`` or ``"hour"``) over the last ``span``.
+
+    Hours that have ended are kept for :data:`HOURS_KEPT` seconds in this process
+    (a day of them is a million rows to count on a busy server), so that a day's
+    chart reads the current hour alone most of the time.
+    """
     now = now or timezone.now()
     step = timedelta(minutes=1) if unit == "minute" else timedelta(hours=1)
     first = _floor(now - span + step, unit)
-    finished: dict[datetime, dict[str, int]] = {}
+    starts: list[datetime] = []
+    while first + step * len(starts) <= now:
+        starts.append(first + step * len(starts))
+    found: dict[datetime, Bucket] = {}
+    live_from = first
+    if unit == "hour":
+        live_from = starts[-1]
+        with _lock:
+            for start in starts[:-1]:
+                kept = _ended_hours.get(start)
+                if kept is not None and time.monotonic() - kept[1] < HOURS_KEPT:
+                    found[start] = kept[0]
+        missing = [start for start in starts[:-1] if start not in found]
+        if missing:
+            counted = _count(missing[0], live_from, unit)
+            with _lock:
+                for start in missing:
+                    found[start] = counted.get(start) or Bucket(start, {}, 0)
+                    _ended_hours[start] = (found[start], time.monotonic())
+                for old in [hour for hour in _ended_hours if hour < starts[0]]:
+                    del _ended_hours[old]
+    found.update(_count(live_from, None, unit))
+    return [found.get(start) or Bucket(start, {}, 0) for start in starts]
+
+
+def forget_ended_hours() -> None:
+    """Count ended hours afresh on the next call (tests; after a large requeue)."""
+    with _lock:
+        _ended_hours.clear()
+
+
+def _count(since: datetime, until: datetime | None, unit: str) -> dict[datetime, Bucket]:
+    """Deliveries finished and attempts failed from ``since`` (to ``until``) per ``unit``."""
+    finished = Delivery.objects.filter(finished_at__gte=since)
+    failed = Attempt.objects.filter(at__gte=since, held=False)
+    if until is not None:
+        finished, failed = finished.filter(finished_at__lt=until), failed.filter(at__lt=until)
+    counts: dict[datetime, dict[str, int]] = {}
     rows = (
-        Delivery.objects.filter(finished_at__gte=first)
-        .annotate(bucket=Trunc("finished_at", unit, tzinfo=UTC))
+        finished.annotate(bucket=Trunc("finished_at", unit, tzinfo=UTC))
         .order_by()
         .values_list("bucket", "state")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
     )
     for bucket, state, n in rows:
-        finished.setdefault(bucket, {})[state] = n
-    failed: dict[datetime, int] = dict(
-        Attempt.objects.filter(at__gte=first, held=False)
-        .annotate(bucket=Trunc("at", unit, tzinfo=UTC))
+        counts.setdefault(bucket, {})[state] = n
+    failures: dict[datetime, int] = dict(
+        failed.annotate(bucket=Trunc("at", unit, tzinfo=UTC))
         .order_by()
         .values_list("bucket")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("*"))
     )
-    buckets = []
-    start = first
-    while start <= now:
-        buckets.append(Bucket(start, finished.get(start, {}), failed.get(start, 0)))
-        start += step
-    return buckets
+    return {
+        start: Bucket(start, counts.get(start, {}), failures.get(start, 0))
+        for start in {*counts, *failures}
+    }
 
 
 def _floor(moment: datetime, unit: str) -> datetime:

@@ -18,6 +18,7 @@ from django_outbox.breakers import BreakerPolicy
 from django_outbox.breakers.configured import configured_store
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Lane, Message
+from django_outbox.status.timeline import forget_ended_hours
 from testproject.demo.keys import ACTOR
 
 HOSTS = [f"social{i}.example" for i in range(36)] + [
@@ -47,6 +48,7 @@ def fill(finished: int = 3000) -> dict[str, int]:
     rng = random.Random(42)
     now = timezone.now()
     configured_metrics_store().clear()
+    forget_ended_hours()
     rows: list[Delivery] = []
     old = _message("post-1041", 24 * 60, finished)
     for i in range(finished):

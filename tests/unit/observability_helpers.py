@@ -17,6 +17,7 @@ from django_outbox.metrics import recording
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Delivery, DeliveryState, Message
 from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.status.timeline import forget_ended_hours
 from django_outbox.store.claimed import ClaimedRow, load_messages
 from django_outbox.store.transitions import claim
 from testproject.demo.keys import ACTOR
@@ -35,6 +36,7 @@ def memory_only() -> Iterator[None]:
     with override_settings(**NO_REDIS):
         recording.flush()  # what earlier tests left pending
         configured_metrics_store().clear()
+        forget_ended_hours()
         yield
         recording.flush()
         configured_metrics_store().clear()

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.charts import bar_chart, nice_ceiling
 from django_outbox.models import Attempt, DeliveryState
-from django_outbox.status.timeline import batches_in_progress, timeline
+from django_outbox.status.timeline import batches_in_progress, forget_ended_hours, timeline
 from tests.unit.observability_helpers import deliveries, memory_only, shared_breakers
 
 pytestmark = pytest.mark.django_db
@@ -66,6 +66,7 @@ def test_the_overview_costs_a_fixed_number_of_queries(admin_client: Client) -> N
         admin_client.get(url)
     for n in range(5):
         deliveries(20, host=f"h{n}.example", state=DeliveryState.QUEUED)
+    forget_ended_hours()
     with CaptureQueriesContext(connection) as more:
         admin_client.get(url)
     assert len(more) == len(few)
@@ -107,6 +108,15 @@ def test_timeline_buckets_and_batches_under_way() -> None:
     assert sum(bucket.given_up for bucket in day) == 2
     batches = batches_in_progress()
     assert [batch.counts for batch in batches] == [{"queued": 1}, {"queued": 3}]
+
+
+def test_a_days_chart_counts_ended_hours_once() -> None:
+    some_rows()
+    first = timeline(timedelta(days=1), "hour")
+    with CaptureQueriesContext(connection) as again:
+        second = timeline(timedelta(days=1), "hour")
+    assert second == first
+    assert len(again) == 2  # the current hour's deliveries and failed attempts
 
 
 def test_charts_escape_their_text_and_scale_to_a_round_number() -> None:
