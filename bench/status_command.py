@@ -129,6 +129,10 @@ def measure(repeats: int) -> dict[str, Any]:
         "failing hosts": lambda: snapshot.failing_hosts(now),
         "timeline, last hour": lambda: timeline.timeline(timedelta(hours=1), "minute"),
         "timeline, last day": lambda: timeline.timeline(timedelta(days=1), "hour"),
+        "timeline, last day, no hour kept": lambda: (
+            timeline.forget_ended_hours(),
+            timeline.timeline(timedelta(days=1), "hour"),
+        ),
         "batches under way": timeline.batches_in_progress,
     }
     results: dict[str, Any] = {name: timed(part, repeats) for name, part in parts.items()}
@@ -141,6 +145,9 @@ def measure(repeats: int) -> dict[str, Any]:
     results["outbox status --json"] = timed(command, repeats)
     request = RequestFactory().get("/admin/django_outbox/delivery/overview/")
     results["admin overview"] = timed(lambda: overview_context(request), repeats)
+    results["admin overview, no hour kept"] = timed(
+        lambda: (timeline.forget_ended_hours(), overview_context(request)), repeats
+    )
     with override_settings(OUTBOX_METRICS_TTL=0):
         results["metrics scrape (no cache)"] = timed(exposition, repeats)
     return results

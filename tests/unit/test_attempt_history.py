@@ -107,7 +107,7 @@ def test_one_insert_for_a_batch_of_failures() -> None:
     with CaptureQueriesContext(connection) as queries:
         apply_outcomes([outcome(row, AttemptResult.RETRY, status=500) for row in rows])
     inserts = [q for q in queries if "INSERT INTO" in q["sql"] and "attempt" in q["sql"]]
-    assert len(inserts) == 3  # 80 rows a statement
+    assert len(inserts) == (1 if connection.vendor == "postgresql" else 3)  # 80 rows (SQLite)
     assert Attempt.objects.count() == 200
 
 
