@@ -161,23 +161,27 @@ def render_host(report: HostReport) -> str:
             f"latest attempts: {recent.attempts} (p90 {seconds(recent.p90)}, "
             f"slowest {seconds(recent.slowest)})"
         )
-    lines += ["", f"attempt history (latest {len(report.history)}):"]
-    lines += table(
-        ["at", "delivery", "attempt", "result", "status", "took", "scheme", "wait", "error"],
-        (
-            [
-                clock(a.at),
-                str(a.delivery_id),
-                f"{a.number}" + (f" held x{a.times}" if a.held else ""),
-                a.result,
-                a.status,
-                seconds(a.duration),
-                a.scheme or "-",
-                seconds(a.wait),
-                a.error[:60],
-            ]
-            for a in report.history
-        ),
+    lines += ["", f"attempt history (latest {len(report.history)}):" if report.history else ""]
+    lines += (
+        []
+        if not report.history
+        else table(
+            ["at", "delivery", "attempt", "result", "status", "took", "scheme", "wait", "error"],
+            (
+                [
+                    clock(a.at),
+                    str(a.delivery_id),
+                    f"{a.number}" + (f" held x{a.times}" if a.held else ""),
+                    a.result,
+                    a.status,
+                    seconds(a.duration),
+                    a.scheme or "-",
+                    seconds(a.wait),
+                    a.error[:60],
+                ]
+                for a in report.history
+            ),
+        )
     )
     lines += [f"problem: {problem}" for problem in report.problems]
     return "\n".join(lines)

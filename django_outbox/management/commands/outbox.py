@@ -180,6 +180,8 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(data, indent=2))
             return
         self.stdout.write(f"{len(rows):,} failing hosts")
+        if not rows:
+            return
         for line in table(
             ["host", "failure days", "failing since", "unavailable since"],
             (
