@@ -261,5 +261,21 @@ class Settings:
         value = _get("OUTBOX_BREAKER_CACHE", None)
         return None if value is None else str(value)
 
+    @property
+    def METRICS(self) -> bool:
+        """Whether workers count what they do for metrics and ``outbox status``."""
+        return bool(_get("OUTBOX_METRICS", True))
+
+    @property
+    def METRICS_CACHE(self) -> str | None:
+        """django-redis cache alias keeping the workers' counters; ``None``: this process."""
+        value = _get("OUTBOX_METRICS_CACHE", self.BREAKER_CACHE)
+        return None if value is None else str(value)
+
+    @property
+    def METRICS_TTL(self) -> float:
+        """Seconds a scrape of the metrics reuses its snapshot of the database."""
+        return float(_get("OUTBOX_METRICS_TTL", 30.0))
+
 
 conf = Settings()

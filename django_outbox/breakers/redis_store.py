@@ -289,11 +289,9 @@ class RedisBreakerStore:
         return reply
 
 
-def redis_store_for_cache(alias: str, prefix: str = "outbox:breaker:") -> RedisBreakerStore:
-    """A store on django-redis cache ``alias``, whose connection is looked up on each use.
-
-    So it is safe to call at import time, and the client's own fork handling applies.
-    """
+def cache_client(alias: str) -> Callable[[], redis.Redis]:
+    """A function returning the Redis client of django-redis cache ``alias``, looked up
+    on each call: safe to build at import time, and the client's fork handling applies."""
 
     def connect() -> redis.Redis:
         from django_redis import get_redis_connection
@@ -304,4 +302,9 @@ def redis_store_for_cache(alias: str, prefix: str = "outbox:breaker:") -> RedisB
             raise OutboxConfigurationError(f"cache {alias!r} is not django-redis") from error
         return client
 
-    return RedisBreakerStore(connect, prefix=prefix)
+    return connect
+
+
+def redis_store_for_cache(alias: str, prefix: str = "outbox:breaker:") -> RedisBreakerStore:
+    """A store on django-redis cache ``alias`` (see :func:`cache_client`)."""
+    return RedisBreakerStore(cache_client(alias), prefix=prefix)

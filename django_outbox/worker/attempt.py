@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
@@ -25,7 +27,10 @@ from django_outbox.signing.schemes import remember, remember_here, remembered, r
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
+    ConnectFailed,
+    ResolveError,
     Response,
+    TimedOut,
     Transport,
     TransportError,
     retry_after_seconds,
@@ -51,9 +56,12 @@ class Job:
         error: str = "",
         retry_after: float | None = None,
         held_for: float | None = None,
+        failure: str = "",
     ) -> Outcome:
         """The :class:`Outcome` of this job's attempt."""
-        return Outcome(self.row, self.message, result, status, error, retry_after, held_for)
+        return Outcome(
+            self.row, self.message, result, status, error, retry_after, held_for, failure=failure
+        )
 
 
 logger = logging.getLogger("django_outbox.attempt")
@@ -64,7 +72,9 @@ _HELD = {
 }
 
 
-async def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
+async def _post(
+    transport: Transport, job: Job, url: str, scheme: Scheme, sent: list[str]
+) -> Response:
     headers = sign_headers(
         scheme,
         job.key,
@@ -76,10 +86,11 @@ async def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Res
         extra_headers=job.extra_headers,
         covered_extra=tuple(name.lower() for name in job.extra_headers),
     )
+    sent.append(scheme.value)
     return await transport.post(url, headers, job.message.body)
 
 
-async def _knock(transport: Transport, job: Job, url: str) -> Response:
+async def _knock(transport: Transport, job: Job, url: str, sent: list[str]) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
     parts = urlsplit(url)
     origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
@@ -88,11 +99,11 @@ async def _knock(transport: Transport, job: Job, url: str) -> Response:
     if not here:
         known = await loop.run_in_executor(None, remembered, origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = await _post(transport, job, url, first)
+    response = await _post(transport, job, url, first, sent)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = await _post(transport, job, url, accepted)
+        response = await _post(transport, job, url, accepted, sent)
     if 200 <= response.status < 300 and accepted != known and remember_here(origin, accepted):
         loop.run_in_executor(None, _share, origin, accepted)  # not awaited: nothing waits on it
     return response
@@ -106,34 +117,65 @@ def _share(origin: str, scheme: Scheme) -> None:
         logger.warning("could not remember the scheme of %s in the cache", origin, exc_info=True)
 
 
-def _judge(job: Job, response: Response) -> Outcome:
+class _Ending(NamedTuple):
+    """How an attempt at one URL ended: the :class:`Outcome`'s fields but its timing."""
+
+    result: AttemptResult
+    status: int | None = None
+    error: str = ""
+    retry_after: float | None = None
+    held_for: float | None = None
+    failure: str = ""
+
+
+def _judge(response: Response) -> _Ending:
     """What an answer means for the delivery: delivered, refused for good, or retry."""
     status = response.status
     if 200 <= status < 300:
-        return job.outcome(AttemptResult.DELIVERED, status=status)
+        return _Ending(AttemptResult.DELIVERED, status)
     error = f"HTTP {status}"
     if conf.PERMANENT_STATUS(status):
-        return job.outcome(AttemptResult.REFUSED, status=status, error=error)
+        return _Ending(AttemptResult.REFUSED, status, error)
     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-    return job.outcome(AttemptResult.RETRY, status=status, error=error, retry_after=retry_after)
+    return _Ending(AttemptResult.RETRY, status, error, retry_after)
 
 
 async def perform(
     job: Job, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
 ) -> Outcome:
     """Make one attempt at ``job``: at each gateway in turn, or at its inbox."""
-    targets = job.row.via or [job.row.inbox]
-    outcome = job.outcome(AttemptResult.RETRY, error="nowhere to deliver")
-    for url in targets:
-        outcome = await _attempt_at(job, url, transport, breakers, policy)
-        if outcome.result is AttemptResult.DELIVERED:
+    started_at, began = time.time(), time.perf_counter()
+    ending = _Ending(AttemptResult.RETRY, error="nowhere to deliver")
+    sent: list[str] = []
+    for url in job.row.via or [job.row.inbox]:
+        ending = await _attempt_at(job, url, transport, breakers, policy, sent)
+        if ending.result is AttemptResult.DELIVERED:
             break
-    return outcome
+    duration = time.perf_counter() - began
+    result, status, error, retry_after, held_for, failure = ending
+    return Outcome(
+        job.row, job.message, result, status, error, retry_after, held_for,
+        started_at, duration, tuple(sent), failure,
+    )  # fmt: skip
+
+
+def _failure(error: TransportError) -> str:
+    """The class of a request that got no answer, as the metrics count it."""
+    if isinstance(error, TimedOut):
+        return "timeout"
+    if isinstance(error, ConnectFailed | ResolveError):
+        return "connect"
+    return "error"
 
 
 async def _attempt_at(
-    job: Job, url: str, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
-) -> Outcome:
+    job: Job,
+    url: str,
+    transport: Transport,
+    breakers: BreakerStore,
+    policy: BreakerPolicy | None,
+    sent: list[str],
+) -> _Ending:
     key = ""
     admission: Admission | None = None
     loop = asyncio.get_running_loop()
@@ -144,19 +186,19 @@ async def _attempt_at(
             admission = await loop.run_in_executor(None, breakers.admit, key, policy)
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
-            return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
+            return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     try:
-        response = await _knock(transport, job, url)
+        response = await _knock(transport, job, url, sent)
     except BlockedAddress as error:
-        outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
+        ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
     except TransportError as error:
-        outcome = job.outcome(AttemptResult.RETRY, error=str(error))
+        ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
     else:
-        outcome = _judge(job, response)
+        ending = _judge(response)
     if policy is not None:
-        failed = outcome.result is AttemptResult.RETRY and server_failed(outcome.status)
+        failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
         if not breakers.record_now(key, policy, failed=failed, admission=admission):
             await loop.run_in_executor(
                 None, lambda: breakers.record(key, policy, failed=failed, admission=admission)
             )
-    return outcome
+    return ending

@@ -262,8 +262,7 @@ class Engine(Generic[J]):
         with self._lock:
             return self._settled.wait_for(lambda: not self._active and not self._waiting, timeout)
 
-    @property
-    def in_flight(self) -> int:
-        """Jobs running now (for metrics and status)."""
+    def usage(self) -> tuple[int, int]:
+        """Jobs in flight now, and the most that may be (for the metrics and status)."""
         with self._lock:
-            return len(self._active)
+            return len(self._active), self._max_in_flight

@@ -24,6 +24,7 @@ from django_outbox.conf import conf
 from django_outbox.dispatch import publish
 from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
+from django_outbox.metrics.recording import stop_recording, watch_engine
 from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
@@ -71,6 +72,7 @@ class WorkerProcess:
             per_host=conf.PER_HOST,
             max_in_flight=conf.MAX_IN_FLIGHT,
         )
+        watch_engine(self.engine.usage)
         self._messages: OrderedDict[int, MessageData] = OrderedDict()
         self._keys: dict[str, tuple[SenderKey | None, float]] = {}
         self._lock = threading.Lock()
@@ -86,7 +88,9 @@ class WorkerProcess:
             outcome = await perform(job, self.transport, self.breakers, self.policy)
         except Exception as error:
             logger.exception("delivery %s failed unexpectedly", job.row.id)
-            outcome = job.outcome(AttemptResult.RETRY, error=f"internal: {error!r}")
+            outcome = job.outcome(
+                AttemptResult.RETRY, error=f"internal: {error!r}", failure="error"
+            )
         self.recorder.put(outcome)
 
     def messages(self, ids: Iterable[int]) -> dict[int, MessageData]:
@@ -134,6 +138,7 @@ class WorkerProcess:
         if not self.recorder.flush(max(0.1, deadline - time.monotonic())):
             logger.warning("stopped before every outcome was saved; their leases will lapse")
         give_back([job.row for job in running])
+        stop_recording()
 
 
 _process: WorkerProcess | None = None

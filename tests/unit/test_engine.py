@@ -195,9 +195,9 @@ def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     assert engine.submit([Task("z")]) != []  # refused once stopping
     assert [id(task) for task in engine.join(0.2)] == [id(stuck)]
     deadline = time.monotonic() + 5
-    while engine.in_flight and time.monotonic() < deadline:
+    while engine.usage()[0] and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert engine.in_flight == 0, "the job still running was cancelled"
+    assert engine.usage()[0] == 0, "the job still running was cancelled"
 
 
 def test_a_backlog_on_one_host_drains_while_submit_waits() -> None:
