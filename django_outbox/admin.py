@@ -14,12 +14,14 @@ from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
+from django.utils.html import format_html
 
 from django_outbox.api import outbox
 from django_outbox.breakers import BreakerStoreUnavailable
 from django_outbox.breakers.configured import configured_store
 from django_outbox.hosts import forget_cached
-from django_outbox.models import Delivery, DeliveryState, Host, Message
+from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Message
+from django_outbox.overview import overview_context
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -32,6 +34,26 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
+    """A delivery's failed and held attempts, newest first."""
+
+    model = Attempt
+    fields = readonly_fields = (
+        *("at", "number", "result", "status", "duration"),
+        *("scheme", "wait", "held", "times", "error"),
+    )
+    extra = 0
+    can_delete = False
+    ordering = ("-at",)
+    verbose_name_plural = "attempt history (failed and held attempts)"
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
 
@@ -55,6 +77,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
     list_select_related = ("message",)
     actions = ("requeue", "give_up")
     show_full_result_count = False
+    inlines = (AttemptInline,)
 
     @admin.display(description="batch tag", ordering="message__tag")
     def batch_tag(self, obj: Delivery) -> str:
@@ -80,6 +103,16 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def give_up(self, request: HttpRequest, queryset: QuerySet[Delivery]) -> None:
         count = outbox.give_up(queryset, reason=f"given up by {request.user} in the admin")
         self.message_user(request, f"Gave up on {count} deliveries.", messages.SUCCESS)
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view(self.overview_view)
+        return [path("overview/", view, name="django_outbox_overview"), *super().get_urls()]
+
+    def overview_view(self, request: HttpRequest) -> HttpResponse:
+        """Queue depth and age, throughput and failures, failing hosts, batches under way."""
+        context = {**self.admin_site.each_context(request), **overview_context(request)}
+        context["title"] = "Outbox overview"
+        return TemplateResponse(request, "admin/django_outbox/overview.html", context)
 
 
 @admin.register(Message)
@@ -114,7 +147,22 @@ class MessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description="progress")
     def progress(self, obj: Any) -> str:
-        return f"{obj.delivered} delivered, {obj.failed} failed, {obj.live} in progress"
+        total = max(1, obj.delivered + obj.failed + obj.live, obj.inbox_count)
+        return format_html(
+            '<div title="{} delivered, {} failed, {} in progress" style="display:flex;'
+            'width:160px;height:10px;background:#eee">'
+            '<span style="width:{}%;background:#417690"></span>'
+            '<span style="width:{}%;background:#ba2121"></span></div>'
+            "<small>{} delivered, {} failed, {} in progress</small>",
+            obj.delivered,
+            obj.failed,
+            obj.live,
+            round(100 * obj.delivered / total, 1),
+            round(100 * obj.failed / total, 1),
+            obj.delivered,
+            obj.failed,
+            obj.live,
+        )
 
     @admin.display(description="body")
     def body_text(self, obj: Message) -> str:

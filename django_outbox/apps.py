@@ -13,5 +13,9 @@ class OutboxConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Register the checks, and the tasks with Celery even without autodiscovery."""
+        """Register the checks, the tasks with Celery even without autodiscovery, and
+        the metrics with ``prometheus_client``'s default registry when it is installed."""
         from django_outbox import checks, tasks  # noqa: F401
+        from django_outbox.metrics.registry import register_default
+
+        register_default()

@@ -201,13 +201,13 @@ class Settings:
     @property
     def CONCURRENCY(self) -> int:
         """Deliveries in flight at once in one worker process."""
-        return int(_get("OUTBOX_CONCURRENCY", 64))
+        return int(_get("OUTBOX_CONCURRENCY", 256))
 
     @property
-    def MAX_THREADS(self) -> int:
-        """Sending threads in one worker process at most, counting those held by
-        requests slower than two seconds, which stop counting against the concurrency."""
-        return int(_get("OUTBOX_MAX_THREADS", 4 * self.CONCURRENCY))
+    def MAX_IN_FLIGHT(self) -> int:
+        """Deliveries in flight in one worker process at most, counting those slower than
+        two seconds, which stop counting against the concurrency."""
+        return int(_get("OUTBOX_MAX_IN_FLIGHT", 4 * self.CONCURRENCY))
 
     @property
     def PER_HOST(self) -> int:
@@ -266,6 +266,22 @@ class Settings:
         """django-redis cache alias holding breakers; ``None`` keeps them in memory."""
         value = _get("OUTBOX_BREAKER_CACHE", None)
         return None if value is None else str(value)
+
+    @property
+    def METRICS(self) -> bool:
+        """Whether workers count what they do for metrics and ``outbox status``."""
+        return bool(_get("OUTBOX_METRICS", True))
+
+    @property
+    def METRICS_CACHE(self) -> str | None:
+        """django-redis cache alias keeping the workers' counters; ``None``: this process."""
+        value = _get("OUTBOX_METRICS_CACHE", self.BREAKER_CACHE)
+        return None if value is None else str(value)
+
+    @property
+    def METRICS_TTL(self) -> float:
+        """Seconds a scrape of the metrics reuses its snapshot of the database."""
+        return float(_get("OUTBOX_METRICS_TTL", 30.0))
 
 
 conf = Settings()

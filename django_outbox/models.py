@@ -159,7 +159,8 @@ class Delivery(models.Model):
                 condition=Q(state__in=("waiting", "queued", "sending")) & ~Q(ordering_key=""),
                 name="django_outbox_ordered_live",
             ),
-            models.Index(fields=("finished_at",), name="django_outbox_finished"),
+            # With the state, the status counts finished deliveries from the index alone.
+            models.Index(fields=("finished_at", "state"), name="django_outbox_finished"),
             models.Index(fields=("state", "id"), name="django_outbox_state"),
         ]
 
@@ -187,3 +188,51 @@ class Host(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Attempt(models.Model):
+    """One failed, held or late-succeeding attempt at a delivery: its bounded history.
+
+    A first attempt that succeeds leaves no row.  There is at most one row per
+    attempt number and one for the holds before it (``times`` counts those), so
+    a delivery keeps at most two rows per attempt it may spend, and its rows go
+    with it when it is pruned.  ``host`` is the delivery's, for per-host queries.
+    """
+
+    # The unique constraint's index (delivery, number, held) serves lookups by delivery.
+    delivery = models.ForeignKey(
+        Delivery, on_delete=models.CASCADE, related_name="history", db_index=False
+    )
+    number = models.PositiveSmallIntegerField(help_text="The attempt's number (1 is the first).")
+    held = models.BooleanField(
+        default=False, help_text="Held before that attempt: no request was made."
+    )
+    times = models.PositiveIntegerField(default=1, help_text="Holds this row stands for.")
+    host = models.CharField(max_length=255)
+    at = models.DateTimeField(help_text="When the attempt started, or the last hold.")
+    duration = models.FloatField(null=True, blank=True, help_text="Seconds its requests took.")
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    scheme = models.CharField(max_length=20, blank=True, help_text="Signature scheme last used.")
+    result = models.CharField(max_length=10)
+    error = models.CharField(max_length=500, blank=True)
+    wait = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds asked to wait: the server's Retry-After, or the open breaker's hold.",
+    )
+
+    class Meta:
+        ordering = ("-at",)
+        constraints = [
+            models.UniqueConstraint(
+                fields=("delivery", "number", "held"), name="django_outbox_attempt_once"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=("at",), name="django_outbox_attempt_at"),
+            models.Index(fields=("host", "at"), name="django_outbox_attempt_host"),
+        ]
+
+    def __str__(self) -> str:
+        what = f"held x{self.times}" if self.held else (self.status or self.result)
+        return f"attempt {self.number} of delivery {self.delivery_id}: {what}"

@@ -51,7 +51,8 @@ class Outcome:
 
     ``row`` and ``message`` are what the claim returned and what was sent;
     ``retry_after`` is what the server asked with ``Retry-After`` and
-    ``held_for`` how long an open breaker asks to wait, both in seconds.
+    ``held_for`` how long an open breaker asks to wait, both in seconds.  The
+    last four say what the attempt did, for its history and the metrics.
     """
 
     row: ClaimedRow
@@ -61,3 +62,12 @@ class Outcome:
     error: str = ""
     retry_after: float | None = None
     held_for: float | None = None
+    #: When the attempt started (seconds since the epoch); 0.0 when none was made.
+    started_at: float = 0.0
+    #: Seconds its requests took in all.
+    duration: float = 0.0
+    #: The signature scheme of each request made, in order (two after a second knock).
+    schemes: tuple[str, ...] = ()
+    #: How a request ended without an answer: ``timeout``, ``connect``, ``blocked``
+    #: or ``error``; ``""`` when an answer came or no request was made.
+    failure: str = ""

@@ -211,6 +211,17 @@ class RedisBreakerStore:
         if reply == 2:
             self._trust(key)
 
+    def admit_now(self, key: str, policy: BreakerPolicy) -> Admission | None:
+        """See :meth:`BreakerStore.admit_now`: ``pass`` for a trusted destination."""
+        return PASS if self._trusted.get(key, 0.0) > time.monotonic() else None
+
+    def record_now(
+        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
+    ) -> bool:
+        """See :meth:`BreakerStore.record_now`: a trusted destination's success is news
+        to nobody."""
+        return not failed and (admission is None or admission.token is None)
+
     def states(self, limit: int = 500) -> list[BreakerState]:
         """See :meth:`BreakerStore.states` (keys found by ``SCAN``); may raise Unavailable."""
         try:
@@ -278,11 +289,9 @@ class RedisBreakerStore:
         return reply
 
 
-def redis_store_for_cache(alias: str, prefix: str = "outbox:breaker:") -> RedisBreakerStore:
-    """A store on django-redis cache ``alias``, whose connection is looked up on each use.
-
-    So it is safe to call at import time, and the client's own fork handling applies.
-    """
+def cache_client(alias: str) -> Callable[[], redis.Redis]:
+    """A function returning the Redis client of django-redis cache ``alias``, looked up
+    on each call: safe to build at import time, and the client's fork handling applies."""
 
     def connect() -> redis.Redis:
         from django_redis import get_redis_connection
@@ -293,4 +302,9 @@ def redis_store_for_cache(alias: str, prefix: str = "outbox:breaker:") -> RedisB
             raise OutboxConfigurationError(f"cache {alias!r} is not django-redis") from error
         return client
 
-    return RedisBreakerStore(connect, prefix=prefix)
+    return connect
+
+
+def redis_store_for_cache(alias: str, prefix: str = "outbox:breaker:") -> RedisBreakerStore:
+    """A store on django-redis cache ``alias`` (see :func:`cache_client`)."""
+    return RedisBreakerStore(cache_client(alias), prefix=prefix)

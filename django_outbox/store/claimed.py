@@ -78,6 +78,8 @@ class MessageData(NamedTuple):
     activity_type: str
     synchronize_collection: bool
     max_attempts: int
+    #: When ``send`` stored it: the start of each delivery's send-to-settle time.
+    created_at: datetime | None = None
 
 
 def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
@@ -92,6 +94,7 @@ def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
         "activity_type",
         "synchronize_collection",
         "max_attempts",
+        "created_at",
     )
     return {
         row[0]: MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:]) for row in rows

@@ -46,6 +46,7 @@ from django_outbox.store.claimed import (
     claimed_row,
 )
 from django_outbox.store.grouped_updates import GroupedUpdates
+from django_outbox.store.history import save_history
 from django_outbox.store.queries import (
     STEP,
     Lanes,
@@ -272,10 +273,12 @@ def _fields_for(outcome: Outcome, now: datetime, plan: OutcomePlan) -> dict[str,
 
 
 def save_outcomes(plan: OutcomePlan) -> None:
-    """Write what :func:`plan_outcomes` decided, and the hosts' health, in one transaction."""
+    """Write what :func:`plan_outcomes` decided, the attempts' history and the hosts'
+    health, in one transaction."""
     with transaction.atomic():
         for condition, values in plan.updates.statements():
             Delivery.objects.filter(condition, state=DeliveryState.SENDING).update(**values)
+        save_history(outcome for outcome, _ in plan.decided)
         # Only hosts that had a Host row when the batch was read: a row another
         # process writes after that is a failure seen after this success.
         record_successes(plan.recovered)

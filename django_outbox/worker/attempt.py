@@ -1,15 +1,21 @@
-"""One attempt at one delivery, as a sending thread makes it.
+"""One attempt at one delivery, as a coroutine on the engine's event loop.
 
 It asks the circuit breaker, signs in the scheme the origin is known to
 accept, knocks again with the other scheme on a 400 or 401, POSTs, and turns
 what happened into an :class:`~django_outbox.outcomes.Outcome`.  It touches
-no database: the recorder saves the outcome.
+no database: the recorder saves the outcome.  What may block (a breaker kept
+in Redis, the shared cache of schemes) runs on the loop's executor, and only
+when this process's own copy cannot answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
 from django_outbox.conf import conf
@@ -17,11 +23,14 @@ from django_outbox.exceptions import InvalidInbox
 from django_outbox.keys import SenderKey
 from django_outbox.outcomes import AttemptResult, Outcome, server_failed
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
-from django_outbox.signing.schemes import remember, remembered
+from django_outbox.signing.schemes import remember, remember_here, remembered, remembered_here
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
+    ConnectFailed,
+    ResolveError,
     Response,
+    TimedOut,
     Transport,
     TransportError,
     retry_after_seconds,
@@ -48,10 +57,15 @@ class Job:
         error: str = "",
         retry_after: float | None = None,
         held_for: float | None = None,
+        failure: str = "",
     ) -> Outcome:
         """The :class:`Outcome` of this job's attempt."""
-        return Outcome(self.row, self.message, result, status, error, retry_after, held_for)
+        return Outcome(
+            self.row, self.message, result, status, error, retry_after, held_for, failure=failure
+        )
 
+
+logger = logging.getLogger("django_outbox.attempt")
 
 _HELD = {
     "open": "held: the destination's circuit breaker is open",
@@ -59,7 +73,9 @@ _HELD = {
 }
 
 
-def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
+async def _post(
+    transport: Transport, job: Job, url: str, scheme: Scheme, sent: list[str]
+) -> Response:
     headers = sign_headers(
         scheme,
         job.key,
@@ -71,72 +87,123 @@ def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
         extra_headers=job.extra_headers,
         covered_extra=tuple(name.lower() for name in job.extra_headers),
     )
-    return transport.post(url, headers, job.message.body)
+    sent.append(scheme.value)
+    return await transport.post(url, headers, job.message.body)
 
 
-def _knock(transport: Transport, job: Job, url: str, origin: str) -> Response:
+async def _knock(
+    transport: Transport, job: Job, url: str, origin: str, sent: list[str]
+) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
-    known = remembered(origin)
+    here, known = remembered_here(origin)
+    loop = asyncio.get_running_loop()
+    if not here:
+        known = await loop.run_in_executor(None, remembered, origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = _post(transport, job, url, first)
+    response = await _post(transport, job, url, first, sent)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = _post(transport, job, url, accepted)
-    if 200 <= response.status < 300 and accepted != known:
-        remember(origin, accepted)
+        response = await _post(transport, job, url, accepted, sent)
+    if 200 <= response.status < 300 and accepted != known and remember_here(origin, accepted):
+        loop.run_in_executor(None, _share, origin, accepted)  # not awaited: nothing waits on it
     return response
 
 
-def _judge(job: Job, response: Response) -> Outcome:
+def _share(origin: str, scheme: Scheme) -> None:
+    """Tell the shared cache what ``origin`` accepted; a cache that fails is only logged."""
+    try:
+        remember(origin, scheme)
+    except Exception:
+        logger.warning("could not remember the scheme of %s in the cache", origin, exc_info=True)
+
+
+class _Ending(NamedTuple):
+    """How an attempt at one URL ended: the :class:`Outcome`'s fields but its timing."""
+
+    result: AttemptResult
+    status: int | None = None
+    error: str = ""
+    retry_after: float | None = None
+    held_for: float | None = None
+    failure: str = ""
+
+
+def _judge(response: Response) -> _Ending:
     """What an answer means for the delivery: delivered, refused for good, or retry."""
     status = response.status
     if 200 <= status < 300:
-        return job.outcome(AttemptResult.DELIVERED, status=status)
+        return _Ending(AttemptResult.DELIVERED, status)
     error = f"HTTP {status}"
     if conf.PERMANENT_STATUS(status):
-        return job.outcome(AttemptResult.REFUSED, status=status, error=error)
+        return _Ending(AttemptResult.REFUSED, status, error)
     retry_after = retry_after_seconds(response.headers.get("Retry-After"))
-    return job.outcome(AttemptResult.RETRY, status=status, error=error, retry_after=retry_after)
+    return _Ending(AttemptResult.RETRY, status, error, retry_after)
 
 
-def perform(
+async def perform(
     job: Job, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
 ) -> Outcome:
     """Make one attempt at ``job``: at each gateway in turn, or at its inbox."""
-    targets = job.row.via or [job.row.inbox]
-    outcome = job.outcome(AttemptResult.RETRY, error="nowhere to deliver")
-    for url in targets:
-        outcome = _attempt_at(job, url, transport, breakers, policy)
-        if outcome.result is AttemptResult.DELIVERED:
+    started_at, began = time.time(), time.perf_counter()
+    ending = _Ending(AttemptResult.RETRY, error="nowhere to deliver")
+    sent: list[str] = []
+    for url in job.row.via or [job.row.inbox]:
+        ending = await _attempt_at(job, url, transport, breakers, policy, sent)
+        if ending.result is AttemptResult.DELIVERED:
             break
-    return outcome
+    duration = time.perf_counter() - began
+    result, status, error, retry_after, held_for, failure = ending
+    return Outcome(
+        job.row, job.message, result, status, error, retry_after, held_for,
+        started_at, duration, tuple(sent), failure,
+    )  # fmt: skip
 
 
-def _attempt_at(
-    job: Job, url: str, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
-) -> Outcome:
+def _failure(error: TransportError) -> str:
+    """The class of a request that got no answer, as the metrics count it."""
+    if isinstance(error, TimedOut):
+        return "timeout"
+    if isinstance(error, ConnectFailed | ResolveError):
+        return "connect"
+    return "error"
+
+
+async def _attempt_at(
+    job: Job,
+    url: str,
+    transport: Transport,
+    breakers: BreakerStore,
+    policy: BreakerPolicy | None,
+    sent: list[str],
+) -> _Ending:
     try:
         target = parse_target(url)
     except InvalidInbox as unusable:  # stored by an older version: it can never be sent
-        return job.outcome(AttemptResult.REFUSED, error=f"unusable URL: {unusable}")
+        return _Ending(AttemptResult.REFUSED, error=f"unusable URL: {unusable}", failure="error")
     key = ""
     admission: Admission | None = None
+    loop = asyncio.get_running_loop()
     if policy is not None:
         key = breaker_key(target.host, target.url, conf.BREAKER_SCOPE)
-        admission = breakers.admit(key, policy)
+        admission = breakers.admit_now(key, policy)
+        if admission is None:
+            admission = await loop.run_in_executor(None, breakers.admit, key, policy)
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
-            return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
+            return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     try:
-        response = _knock(transport, job, target.url, target.origin)
+        response = await _knock(transport, job, target.url, target.origin, sent)
     except BlockedAddress as error:
-        outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
+        ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
     except TransportError as error:
-        outcome = job.outcome(AttemptResult.RETRY, error=str(error))
+        ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
     else:
-        outcome = _judge(job, response)
+        ending = _judge(response)
     if policy is not None:
-        failed = outcome.result is AttemptResult.RETRY and server_failed(outcome.status)
-        breakers.record(key, policy, failed=failed, admission=admission)
-    return outcome
+        failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
+        if not breakers.record_now(key, policy, failed=failed, admission=admission):
+            await loop.run_in_executor(
+                None, lambda: breakers.record(key, policy, failed=failed, admission=admission)
+            )
+    return ending

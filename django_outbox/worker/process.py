@@ -1,8 +1,8 @@
 """What one worker process keeps between tasks, and the task's half of sending.
 
 The first ``deliver`` task in a process starts its :class:`~django_outbox.worker.engine.Engine`
-threads, its recorder thread, its HTTP transport and its breaker store; they
-live until the process stops.  A task claims its rows, loads the message
+(an event loop in a thread), its recorder thread, its HTTP transport and its
+breaker store; they live until the process stops.  A task claims its rows, loads the message
 bodies (cached: they never change) and signing keys (cached for a while),
 and hands the deliveries to the engine.
 """
@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -24,6 +24,7 @@ from django_outbox.conf import conf
 from django_outbox.dispatch import publish
 from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
+from django_outbox.metrics.recording import stop_recording, watch_engine
 from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
@@ -69,13 +70,14 @@ class WorkerProcess:
             urgent=lambda job: job.row.lane == Lane.PRIORITY,
             concurrency=conf.CONCURRENCY,
             per_host=conf.PER_HOST,
-            max_threads=conf.MAX_THREADS,
+            max_in_flight=conf.MAX_IN_FLIGHT,
         )
+        watch_engine(self.engine.usage)
         self._messages: OrderedDict[int, MessageData] = OrderedDict()
         self._keys: dict[str, tuple[SenderKey | None, float]] = {}
         self._lock = threading.Lock()
 
-    def _send(self, job: Job) -> None:
+    async def _send(self, job: Job) -> None:
         if time.monotonic() > job.send_by:
             # It waited so long behind its host that its lease could lapse
             # while it is sent: give it back rather than risk a double send.
@@ -83,10 +85,12 @@ class WorkerProcess:
             self.recorder.put(job.outcome(AttemptResult.RELEASED, error=error))
             return
         try:
-            outcome = perform(job, self.transport, self.breakers, self.policy)
+            outcome = await perform(job, self.transport, self.breakers, self.policy)
         except Exception as error:
             logger.exception("delivery %s failed unexpectedly", job.row.id)
-            outcome = job.outcome(AttemptResult.RETRY, error=f"internal: {error!r}")
+            outcome = job.outcome(
+                AttemptResult.RETRY, error=f"internal: {error!r}", failure="error"
+            )
         self.recorder.put(outcome)
 
     def messages(self, ids: Iterable[int]) -> dict[int, MessageData]:
@@ -117,36 +121,9 @@ class WorkerProcess:
         return key
 
     def jobs_for(self, claimed: list[ClaimedRow]) -> list[Job]:
-        """The jobs to send for ``claimed``; those not to send are recorded at once.
-
-        A delivery past its batch's deadline expires, one to an unavailable host
-        is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
-        its key is refused.
-        """
+        """The jobs to send for ``claimed``; those not to send go to the recorder at once."""
         messages = self.messages(row.message_id for row in claimed)
-        now = timezone.now()
-        unavailable = unavailable_hosts()
-        skip = conf.SKIP_UNAVAILABLE
-        # Room in the lease for two knocks of the whole time budget and saving the
-        # outcome; with a lease too short for that (system check W003), half of it.
-        lease = conf.LEASE_SECONDS
-        send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
-        jobs: list[Job] = []
-        for row in claimed:
-            message = messages[row.message_id]
-            key = self.key_for(message.sender)
-            if message.deadline is not None and message.deadline <= now:
-                self.recorder.put(Outcome(row, message, AttemptResult.EXPIRED))
-            elif row.host in unavailable and skip(row.inbox, message.activity_type):
-                error = f"skipped: {row.host} is marked unavailable"
-                self.recorder.put(Outcome(row, message, AttemptResult.SKIPPED, error=error))
-            elif key is None:
-                error = f"the key resolver no longer has a key for {message.sender}"
-                self.recorder.put(Outcome(row, message, AttemptResult.REFUSED, error=error))
-            else:
-                extra = _synchronization(message, row.inbox)
-                jobs.append(Job(row, message, key, send_by, extra))
-        return jobs
+        return prepare_jobs(claimed, messages, self.key_for, self.recorder.put)
 
     def stop(self, timeout: float) -> None:
         """Release what never started at once; give what runs ``timeout`` to finish.
@@ -161,6 +138,7 @@ class WorkerProcess:
         if not self.recorder.flush(max(0.1, deadline - time.monotonic())):
             logger.warning("stopped before every outcome was saved; their leases will lapse")
         give_back([job.row for job in running])
+        stop_recording()
 
 
 _process: WorkerProcess | None = None
@@ -189,6 +167,44 @@ def give_back(rows: Sequence[ClaimedRow]) -> None:
     """Release claimed deliveries unsent, their attempt refunded, and publish them again."""
     if rows:
         publish(release(rows))
+
+
+def prepare_jobs(
+    claimed: Sequence[ClaimedRow],
+    messages: Mapping[int, MessageData],
+    key_for: Callable[[str], SenderKey | None],
+    settle: Callable[[Outcome], None],
+) -> list[Job]:
+    """The jobs to send for ``claimed``; the outcomes of those not to send go to ``settle``.
+
+    A delivery past its batch's deadline expires, one to an unavailable host
+    is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
+    its key is refused.  ``messages`` holds the message of every claimed row and
+    ``key_for`` gives a sender's key.
+    """
+    now = timezone.now()
+    unavailable = unavailable_hosts()
+    skip = conf.SKIP_UNAVAILABLE
+    # Room in the lease for two knocks of the whole time budget and saving the
+    # outcome; with a lease too short for that (system check W003), half of it.
+    lease = conf.LEASE_SECONDS
+    send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
+    jobs: list[Job] = []
+    for row in claimed:
+        message = messages[row.message_id]
+        key = key_for(message.sender)
+        if message.deadline is not None and message.deadline <= now:
+            settle(Outcome(row, message, AttemptResult.EXPIRED))
+        elif row.host in unavailable and skip(row.inbox, message.activity_type):
+            error = f"skipped: {row.host} is marked unavailable"
+            settle(Outcome(row, message, AttemptResult.SKIPPED, error=error))
+        elif key is None:
+            error = f"the key resolver no longer has a key for {message.sender}"
+            settle(Outcome(row, message, AttemptResult.REFUSED, error=error))
+        else:
+            extra = _synchronization(message, row.inbox)
+            jobs.append(Job(row, message, key, send_by, extra))
+    return jobs
 
 
 def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:
@@ -227,7 +243,7 @@ def run_deliveries(ids: Sequence[int], *, wait: bool = True) -> tuple[list[int],
 def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
     """Submit ``jobs`` to the engine, taking urgent work while waiting for room."""
     engine = process.engine
-    refused = engine.submit([job for job in jobs if job.row.lane == Lane.PRIORITY], block=False)
+    refused = engine.submit([job for job in jobs if job.row.lane == Lane.PRIORITY])
     jobs = [job for job in jobs if job.row.lane != Lane.PRIORITY]
     give_up_waiting = time.monotonic() + _ROOM_WAIT_LIMIT
     while jobs:
@@ -237,10 +253,10 @@ def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
             )
             wait = False
         if wait and not engine.wait_for_room(_URGENT_POLL):
-            refused += engine.submit(_urgent_jobs(process), block=False)
+            refused += engine.submit(_urgent_jobs(process))
             continue
         fits = max(1, engine.room() if wait else len(jobs))
-        refused += engine.submit(jobs[:fits], block=False)
+        refused += engine.submit(jobs[:fits])
         jobs = jobs[fits:]
     give_back([job.row for job in refused])
 

@@ -22,6 +22,7 @@ from django.db import DatabaseError, connections
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
+from django_outbox.metrics.recording import record_batch
 from django_outbox.notify import AttemptSignals
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.store.transitions import (
@@ -41,6 +42,7 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     before saving leaves the deliveries to be sent again, and their signals
     sent again, which is what makes them at least once.  Returns the plan, whose
     retries and successors :func:`publish_effects` publishes once it is saved.
+    What was saved is counted for the metrics.
     """
     plan = plan_outcomes([_unless_sender_gone(outcome) for outcome in outcomes])
     signals = AttemptSignals()
@@ -48,6 +50,7 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
         signals.note(outcome, fields)
     signals.send()
     save_outcomes(plan)
+    record_batch(outcomes, plan.decided)
     return plan
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hashlib
@@ -22,7 +23,7 @@ class RecordingTransport(Transport):
         super().__init__(user_agent="test")
         self.contacted: list[tuple[str, int]] = []
 
-    def _addresses(self, host: str, port: int) -> list[str]:
+    async def _addresses(self, host: str, port: int) -> list[str]:
         self.contacted.append((host, port))
         raise ResolveError("recorded, not resolved")
 
@@ -37,7 +38,7 @@ def contacted_host(url: str) -> str:
     transport = _recording()
     transport.contacted.clear()
     with contextlib.suppress(ResolveError):
-        transport.post(url, {}, b"{}")
+        asyncio.run(transport.post(url, {}, b"{}"))
     ((host, _),) = transport.contacted
     return host
 

@@ -6,6 +6,7 @@ by default).  ``InvalidSigningKey`` used to be raised where a local held the PEM
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 import traceback
@@ -116,7 +117,9 @@ def test_a_worker_attempt_with_a_bad_key(bad_key: SenderKey) -> None:
         16,
     )
     job = Job(row, message, bad_key, time.monotonic() + 60)
-    error = raised_by(lambda: perform(job, RecordingTransport(), MemoryBreakerStore(), None))
+    error = raised_by(
+        lambda: asyncio.run(perform(job, RecordingTransport(), MemoryBreakerStore(), None))
+    )
     assert_no_key_material(error, bad_key)
 
 

@@ -7,9 +7,8 @@ not the one contacted.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import threading
-import time
 
 import pytest
 
@@ -74,30 +73,23 @@ def test_the_per_host_cap_holds_for_the_host_contacted() -> None:
             outbox.send(ACTOR, ACTIVITY, [url])
     rows = list(Delivery.objects.all())
     assert len(rows) >= 4
-    lock = threading.Lock()
+    contacted = {row.pk: contacted_host(row.inbox) for row in rows}
     in_flight: dict[str, int] = {}
     most: dict[str, int] = {}
-    done = threading.Event()
-    finished: list[Delivery] = []
 
-    def send(row: Delivery) -> None:
-        host = contacted_host(row.inbox)
-        with lock:
-            in_flight[host] = in_flight.get(host, 0) + 1
-            most[host] = max(most.get(host, 0), in_flight[host])
-        time.sleep(0.05)
-        with lock:
-            in_flight[host] -= 1
-            finished.append(row)
-            if len(finished) == len(rows):
-                done.set()
+    async def send(row: Delivery) -> None:
+        host = contacted[row.pk]
+        in_flight[host] = in_flight.get(host, 0) + 1
+        most[host] = max(most.get(host, 0), in_flight[host])
+        await asyncio.sleep(0.05)
+        in_flight[host] -= 1
 
     engine: Engine[Delivery] = Engine(
         send, host_of=lambda row: row.host, urgent=lambda row: False, concurrency=8, per_host=1
     )
     try:
         assert engine.submit(rows) == []
-        assert done.wait(10)
+        assert engine.wait_idle(10)
     finally:
         engine.stop()
     assert most == {"h.example": 1}

@@ -1,5 +1,5 @@
-"""Finding 8: text a server chose reaches ``last_error`` and signal receivers on one
-printable line, cut to length.
+"""Finding 8: text a server chose reaches ``last_error``, the attempt history and signal
+receivers on one printable line, cut to length.
 
 A status line such as ``HTTP/1.1 <script>...\\r\\n`` used to be stored as it came and
 handed to receivers, CR and LF included.
@@ -7,6 +7,7 @@ handed to receivers, CR and LF included.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 from django_outbox import outbox
-from django_outbox.models import Delivery
+from django_outbox.models import Attempt, Delivery
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.safe_text import ERROR_LIMIT, one_line
 from django_outbox.signals import delivery_attempted, delivery_failed
@@ -26,7 +27,7 @@ from django_outbox.worker.recorder import apply_outcomes
 from testproject.demo.keys import ACTOR
 from tests.unit.send_helpers import ACTIVITY
 
-HOSTILE = "HTTP/1.1 <script>alert(1)</script>\r\nSet-Cookie: x=1\r\n\u202egnp.exe\x00"
+HOSTILE = "HTTP/1.1 <script>alert(1)</script>\rSet-Cookie: x=1\x0b\u202egnp.exe\x00"
 
 
 @pytest.fixture
@@ -65,10 +66,10 @@ def assert_one_safe_line(text: str, limit: int) -> None:
 def test_a_malformed_status_line_is_escaped_in_the_transport_error(hostile_server: int) -> None:
     transport = Transport(user_agent="test", allowed_networks=["127.0.0.0/8"])
     with pytest.raises(ProtocolFailed) as raised:
-        transport.post(f"http://127.0.0.1:{hostile_server}/inbox", {}, b"{}")
+        asyncio.run(transport.post(f"http://127.0.0.1:{hostile_server}/inbox", {}, b"{}"))
     message = str(raised.value)
     assert "<script>" in message  # kept, escaped: the admin escapes HTML itself
-    assert "\\r\\n" in message and "\r" not in message and "\n" not in message
+    assert "\\r" in message and "\r" not in message and "\n" not in message
     assert_one_safe_line(message, 200)
 
 
@@ -93,7 +94,11 @@ def test_stored_errors_and_signal_arguments_are_one_line(result: AttemptResult) 
         delivery_failed.disconnect(receiver)
     stored = Delivery.objects.get().last_error
     assert_one_safe_line(stored, ERROR_LIMIT)
-    assert stored.startswith("HTTP/1.1 <script>alert(1)</script>\\r\\nSet-Cookie")
+    assert stored.startswith("HTTP/1.1 <script>alert(1)</script>\\rSet-Cookie")
+    history = list(Attempt.objects.values_list("error", flat=True))
+    assert history
+    for text in history:
+        assert_one_safe_line(text, 500)
     assert len(received) == (2 if result is AttemptResult.REFUSED else 1)
     for kwargs in received:
         assert_one_safe_line(kwargs["error"], ERROR_LIMIT)

@@ -7,6 +7,7 @@ worker connect to them.  The guard now asks ``special_addresses`` alone.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 
 import pytest
@@ -58,7 +59,7 @@ def test_the_guard_follows_the_table_at_both_ends_of_every_block(
 def test_transport_refuses_a_name_resolving_to_the_metadata_address() -> None:
     transport = Transport(user_agent="test", resolver=resolving_to("192.0.0.192"))  # type: ignore[arg-type]
     with pytest.raises(BlockedAddress, match=r"192\.0\.0\.192"):
-        transport.post("https://metadata.example/inbox", {}, b"{}")
+        asyncio.run(transport.post("https://metadata.example/inbox", {}, b"{}"))
 
 
 def test_allowed_networks_cover_embedded_addresses_only_when_all_are_allowed() -> None:
