@@ -56,7 +56,7 @@ class FakeClnServer:
         """Listen on :attr:`path` and serve in a daemon thread; returns self."""
         self._server = socketserver.ThreadingUnixStreamServer(self.path, _handler_for(self))
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 
     def stop(self) -> None:

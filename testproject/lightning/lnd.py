@@ -116,7 +116,9 @@ class FakeLndServer:
             self._server.socket = self.ssl_context.wrap_socket(
                 self._server.socket, server_side=True
             )
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
         self._thread.start()
         return self
 
@@ -166,13 +168,13 @@ def _handler_for(server: FakeLndServer) -> type[BaseHTTPRequestHandler]:
             pass  # quiet tests
 
         def _send(self, status: int, body: Any, call_body: Any = None) -> None:
+            server._record(LndCall(self.command, self.path, call_body, status))
             data = json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
-            server._record(LndCall(self.command, self.path, call_body, status))
 
         def _authorized(self, call_body: Any) -> bool:
             if self.headers.get("Grpc-Metadata-macaroon", "").lower() == server.macaroon_hex:
@@ -263,12 +265,12 @@ def _handler_for(server: FakeLndServer) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": error})
                 return
             line = {"result": _payment_json(payment, server.node.answered_preimage(payment))}
+            server._record(LndCall(self.command, self.path, None, 200))
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             self._chunk(json.dumps(line).encode() + b"\n")
-            server._record(LndCall(self.command, self.path, None, 200))
             if payment.status == "pending":
                 server.wait(server.stream_hold)  # LND keeps the stream open until final
             self._chunk(b"")
