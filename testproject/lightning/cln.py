@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socketserver
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -37,6 +38,14 @@ def _amount(value: Any) -> int | None:
     return int(value)
 
 
+class _QuietUnixServer(socketserver.ThreadingUnixStreamServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            super().handle_error(request, client_address)
+
+
 class FakeClnServer:
     """A fake ``lightning-rpc`` socket paying through ``node``; ``path`` is the socket
     to give the client, ``calls`` records (method, params) of every request."""
@@ -50,12 +59,11 @@ class FakeClnServer:
         self.calls: list[tuple[str, Any]] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._server: socketserver.ThreadingUnixStreamServer | None = None
+        self._server: _QuietUnixServer | None = None
 
     def start(self) -> FakeClnServer:
         """Listen on :attr:`path` and serve in a daemon thread; returns self."""
-        self._server = socketserver.ThreadingUnixStreamServer(self.path, _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = _QuietUnixServer(self.path, _handler_for(self))
         threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True).start()
         return self
 

@@ -19,6 +19,7 @@ call's socket, so a node that never answers costs at most that long.  ``retry_fo
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,10 @@ from django_outbox.payments.errors import (
     PaymentPending,
 )
 from django_outbox.payments.invoices import decode_invoice
+
+# pyln-client logs every answer at DEBUG, preimages included: give it a logger that is
+# attached to no handler and drops everything below CRITICAL.
+_MUTED = logging.Logger("django_outbox.payments.clients.cln.pyln", logging.CRITICAL)
 
 
 def _msat(value: Any) -> int:
@@ -90,7 +95,7 @@ class ClnClient:
     def _call(self, method: str, **params: Any) -> dict[str, Any]:
         from pyln.client import RpcError
 
-        rpc = _rpc_class()(str(self.rpc_path))
+        rpc = _rpc_class()(str(self.rpc_path), logger=_MUTED)
         rpc.timeout = self.timeout
         try:
             result = getattr(rpc, method)(**params)
