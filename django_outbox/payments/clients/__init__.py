@@ -82,7 +82,8 @@ class PaymentClient(Protocol):
     def pay(self, invoice: str, amount_msat: int | None, max_fee_msat: int) -> Payment:
         """Pay ``invoice``; ``amount_msat`` only for an amountless invoice (else None);
         at most ``max_fee_msat`` in routing fees.  Blocks until the node answers or the
-        client's timeout passes."""
+        client's timeout passes.  An invoice that cannot be decoded raises
+        :class:`~django_outbox.payments.errors.InvoiceRefused` before the node is asked."""
         ...
 
     def lookup(self, payment_hash: str) -> PaymentStatus:

@@ -7,7 +7,12 @@ issuer -> 402 + challenge -> parse and check -> LND client pays -> preimage ->
 from __future__ import annotations
 
 import base64
+import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import requests
@@ -144,3 +149,43 @@ def test_refuses_credentials_that_do_not_prove_payment(
         "refused: macaroon not signed by this inbox",
         "refused: unreadable credential (InvalidCredentials)",
     ]
+
+
+def test_the_demo_runs_the_network_in_a_process_of_its_own(clock: Clock) -> None:
+    """``python -m testproject.lightning``: what the demo's workers will pay."""
+    root = Path(__file__).resolve().parents[3]
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "testproject.lightning",
+            "--mode",
+            "per-message",
+            "--price-msat",
+            "0",
+        ],
+        cwd=root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        ready = json.loads(process.stdout.readline())
+        answer = requests.post(ready["inbox"], data=BODY, timeout=5)
+        challenge = parse_challenge(answer.headers["WWW-Authenticate"])
+        terms = check_challenge(challenge, network=ready["network"], max_price_msat=10**6, size=9)
+        client = LndRestClient(ready["lnd_url"], macaroon_hex=ready["lnd_macaroon_hex"], timeout=5)
+        payment = client.pay(challenge.invoice, terms.pay_amount_msat, 0)
+        paid = requests.post(
+            ready["inbox"],
+            data=BODY,
+            headers={"Authorization": challenge.authorization(payment.preimage)},
+            timeout=5,
+        )
+        assert paid.status_code == 202
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, errors = process.communicate(timeout=20)
+    summary = json.loads(errors.strip().splitlines()[-1])
+    assert summary == {"payments": 1, "decisions": {"challenged": 1, "accepted": 1}}
