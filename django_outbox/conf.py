@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 from django_outbox.breakers.policy import BreakerScope
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.keys import KeyResolver
+from django_outbox.payments.settings import PaymentSettings, read_payments
 
 MiB = 1 << 20
 
@@ -260,6 +261,11 @@ class Settings:
         """django-redis cache alias holding breakers; ``None`` keeps them in memory."""
         value = _get("OUTBOX_BREAKER_CACHE", None)
         return None if value is None else str(value)
+
+    @property
+    def PAYMENTS(self) -> PaymentSettings | None:
+        """``OUTBOX_PAYMENTS``: how to pay destinations that answer 402, or None (pay nothing)."""
+        return read_payments(_get("OUTBOX_PAYMENTS", None))
 
 
 conf = Settings()

@@ -161,3 +161,22 @@ class Host(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# Paid push keeps its rows in its own module; Django finds models in this one.
+from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState  # noqa: E402
+
+__all__ = [
+    "FINAL_STATES",
+    "LIVE_STATES",
+    "SETTLED_STATES",
+    "Delivery",
+    "DeliveryState",
+    "Host",
+    "Lane",
+    "Message",
+    "PaymentAttempt",
+    "PaymentBudget",
+    "PaymentState",
+    "locked",
+]

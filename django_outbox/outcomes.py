@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from django_outbox.payments.reports import PaymentReport
 from django_outbox.store.claimed import ClaimedRow, MessageData
 
 
@@ -37,11 +38,20 @@ class AttemptResult(StrEnum):
     HELD = "held"
     RELEASED = "released"
     EXPIRED = "expired"
+    #: A 402 whose invoice is now stored: tried again at once, to pay it.
+    PAYING = "paying"
 
 
-#: Results of claims that sent nothing, whose attempt is given back.
+#: Results of claims whose attempt is given back: nothing was sent, or a 402 asked to be
+#: paid first (payments have a cap of their own, ``MAX_PAYMENTS_PER_DELIVERY``).
 UNSPENT_RESULTS = frozenset(
-    (AttemptResult.HELD, AttemptResult.EXPIRED, AttemptResult.RELEASED, AttemptResult.SKIPPED)
+    (
+        AttemptResult.HELD,
+        AttemptResult.EXPIRED,
+        AttemptResult.RELEASED,
+        AttemptResult.SKIPPED,
+        AttemptResult.PAYING,
+    )
 )
 
 
@@ -51,7 +61,8 @@ class Outcome:
 
     ``row`` and ``message`` are what the claim returned and what was sent;
     ``retry_after`` is what the server asked with ``Retry-After`` and
-    ``held_for`` how long an open breaker asks to wait, both in seconds.
+    ``held_for`` how long an open breaker (or a payment) asks to wait, both in
+    seconds; ``payment`` what the attempt paid, or asks the recorder to store.
     """
 
     row: ClaimedRow
@@ -61,3 +72,4 @@ class Outcome:
     error: str = ""
     retry_after: float | None = None
     held_for: float | None = None
+    payment: PaymentReport | None = None

@@ -10,24 +10,24 @@ push payments: 100 msat per byte of message, at least 1,000 msat, and an invoice
 treated as expired :data:`EXPIRY_AFFORDANCE` seconds before it really expires, so that
 it cannot run out while the payment is on its way.
 
-Decoding verifies the invoice's signature (the ``bolt11`` package recovers or checks
-the payee key) and requires a payment hash, a payment secret and a description.
+``bolt11`` (the ``payments`` extra) is imported when the first invoice is decoded,
+so this module loads without it.  Decoding verifies the invoice's signature (the
+``bolt11`` package recovers or checks the payee key) and requires a payment hash, a
+payment secret and a description.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-
-import bolt11
+from typing import Any
 
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.payments.challenge import MAX_INVOICE_CHARS, L402Challenge
 from django_outbox.payments.errors import ChallengeRefused, InvoiceRefused, Reason
 from django_outbox.payments.macaroons import decode_macaroon, l402_identifier
+from django_outbox.payments.settings import NETWORKS
 
-#: Bech32 currency prefixes and the networks they name.
-NETWORKS = {"bc": "mainnet", "tb": "testnet", "tbs": "signet", "bcrt": "regtest"}
 #: Seconds before its expiry at which an invoice is no longer paid (Bison Relay: 15 s).
 EXPIRY_AFFORDANCE = 15.0
 #: Default price of an amountless invoice, per byte of message (Bison Relay: 100 msat).
@@ -92,6 +92,7 @@ def decode_invoice(invoice: str) -> DecodedInvoice:
         )
     if not (invoice.isascii() and invoice.isalnum()):
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "not bech32 text")
+    bolt11 = _bolt11()
     try:
         decoded = bolt11.decode(invoice)
         payment_hash, payee = decoded.payment_hash, decoded.payee
@@ -112,6 +113,17 @@ def decode_invoice(invoice: str) -> DecodedInvoice:
         expiry=expiry,
         payee=payee or "",
     )
+
+
+def _bolt11() -> Any:
+    """The ``bolt11`` module, imported on first use: only a site that pays needs it."""
+    try:
+        import bolt11
+    except ImportError:
+        raise OutboxConfigurationError(
+            "paying destinations needs bolt11: pip install 'django-outbox[payments]'"
+        ) from None
+    return bolt11
 
 
 def push_amount(

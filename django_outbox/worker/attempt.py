@@ -2,20 +2,24 @@
 
 It asks the circuit breaker, signs in the scheme the origin is known to
 accept, knocks again with the other scheme on a 400 or 401, POSTs, and turns
-what happened into an :class:`~django_outbox.outcomes.Outcome`.  It touches
-no database: the recorder saves the outcome.
+what happened into an :class:`~django_outbox.outcomes.Outcome`.  With
+``OUTBOX_PAYMENTS`` set, :func:`~django_outbox.payments.paying.exchange` makes
+the POST, paying and presenting L402 tokens.  It touches no database: the
+recorder saves the outcome.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
 from django_outbox.conf import conf
 from django_outbox.keys import SenderKey
 from django_outbox.outcomes import AttemptResult, Outcome, server_failed
+from django_outbox.payments.paying import PaymentJob, exchange
+from django_outbox.payments.reports import PaymentReport
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
 from django_outbox.signing.schemes import remember, remembered
 from django_outbox.store.claimed import ClaimedRow, MessageData
@@ -38,6 +42,8 @@ class Job:
     #: Monotonic time after which it is given back unsent: its lease could lapse mid-send.
     send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
+    #: What to pay and present, when ``OUTBOX_PAYMENTS`` is set.
+    payment: PaymentJob | None = None
 
     def outcome(
         self,
@@ -47,9 +53,12 @@ class Job:
         error: str = "",
         retry_after: float | None = None,
         held_for: float | None = None,
+        payment: PaymentReport | None = None,
     ) -> Outcome:
         """The :class:`Outcome` of this job's attempt."""
-        return Outcome(self.row, self.message, result, status, error, retry_after, held_for)
+        return Outcome(
+            self.row, self.message, result, status, error, retry_after, held_for, payment
+        )
 
 
 _HELD = {
@@ -58,7 +67,9 @@ _HELD = {
 }
 
 
-def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
+def _post(
+    transport: Transport, job: Job, url: str, scheme: Scheme, authorization: str | None
+) -> Response:
     headers = sign_headers(
         scheme,
         job.key,
@@ -70,20 +81,22 @@ def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
         extra_headers=job.extra_headers,
         covered_extra=tuple(name.lower() for name in job.extra_headers),
     )
+    if authorization is not None:
+        headers["Authorization"] = authorization  # a bearer token, not part of the message
     return transport.post(url, headers, job.message.body)
 
 
-def _knock(transport: Transport, job: Job, url: str) -> Response:
+def _knock(transport: Transport, job: Job, url: str, authorization: str | None = None) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
     parts = urlsplit(url)
     origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
     known = remembered(origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = _post(transport, job, url, first)
+    response = _post(transport, job, url, first, authorization)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = _post(transport, job, url, accepted)
+        response = _post(transport, job, url, accepted, authorization)
     if 200 <= response.status < 300 and accepted != known:
         remember(origin, accepted)
     return response
@@ -109,8 +122,8 @@ def perform(
     outcome = job.outcome(AttemptResult.RETRY, error="nowhere to deliver")
     for url in targets:
         outcome = _attempt_at(job, url, transport, breakers, policy)
-        if outcome.result is AttemptResult.DELIVERED:
-            break
+        if outcome.result is AttemptResult.DELIVERED or outcome.payment is not None:
+            break  # delivered, or a payment to record before any other gateway is tried
     return outcome
 
 
@@ -125,15 +138,34 @@ def _attempt_at(
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
-    try:
-        response = _knock(transport, job, url)
-    except BlockedAddress as error:
-        outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
-    except TransportError as error:
-        outcome = job.outcome(AttemptResult.RETRY, error=str(error))
+    if job.payment is not None:
+        outcome = _paid_attempt(job, job.payment, url, transport)
     else:
-        outcome = _judge(job, response)
+        try:
+            response = _knock(transport, job, url)
+        except BlockedAddress as error:
+            outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
+        except TransportError as error:
+            outcome = job.outcome(AttemptResult.RETRY, error=str(error))
+        else:
+            outcome = _judge(job, response)
     if policy is not None:
         failed = outcome.result is AttemptResult.RETRY and server_failed(outcome.status)
         breakers.record(key, policy, failed=failed, admission=admission)
     return outcome
+
+
+def _paid_attempt(job: Job, payment: PaymentJob, url: str, transport: Transport) -> Outcome:
+    """An attempt that may pay: :func:`~django_outbox.payments.paying.exchange` POSTs."""
+    size = len(job.message.body)
+    done = exchange(payment, url, size, lambda auth: _knock(transport, job, url, auth))
+    if done.response is not None:
+        return replace(_judge(job, done.response), payment=done.report)
+    assert done.result is not None
+    return job.outcome(
+        done.result,
+        status=done.status,
+        error=done.error,
+        held_for=done.held_for,
+        payment=done.report,
+    )

@@ -26,6 +26,8 @@ from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
 from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.payments.ledger import kept_tokens, open_attempts
+from django_outbox.payments.paying import PaymentJob, payment_client
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.queries import not_yet_due
 from django_outbox.store.transitions import claim, release
@@ -121,9 +123,11 @@ class WorkerProcess:
 
         A delivery past its batch's deadline expires, one to an unavailable host
         is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
-        its key is refused.
+        its key is refused.  With ``OUTBOX_PAYMENTS`` set, each job carries its
+        delivery's open payment attempt and its host's kept token.
         """
         messages = self.messages(row.message_id for row in claimed)
+        payments = _payment_jobs(claimed)
         now = timezone.now()
         unavailable = unavailable_hosts()
         skip = conf.SKIP_UNAVAILABLE
@@ -145,7 +149,8 @@ class WorkerProcess:
                 self.recorder.put(Outcome(row, message, AttemptResult.REFUSED, error=error))
             else:
                 extra = _synchronization(message, row.inbox)
-                jobs.append(Job(row, message, key, send_by, extra))
+                payment = payments.get(row.id)
+                jobs.append(Job(row, message, key, send_by, extra, payment))
         return jobs
 
     def stop(self, timeout: float) -> None:
@@ -189,6 +194,20 @@ def give_back(rows: Sequence[ClaimedRow]) -> None:
     """Release claimed deliveries unsent, their attempt refunded, and publish them again."""
     if rows:
         publish(release(rows))
+
+
+def _payment_jobs(claimed: list[ClaimedRow]) -> dict[int, PaymentJob]:
+    """What each claimed delivery may pay and present; nothing when payments are off."""
+    settings = conf.PAYMENTS
+    if settings is None:
+        return {}
+    client = payment_client(settings)
+    attempts = open_attempts([row.id for row in claimed])
+    tokens = kept_tokens(row.host for row in claimed)
+    return {
+        row.id: PaymentJob(settings, client, attempts.get(row.id), tokens.get(row.host))
+        for row in claimed
+    }
 
 
 def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:
