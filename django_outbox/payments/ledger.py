@@ -27,7 +27,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from django_outbox.models import Delivery
+from django_outbox.models import FINAL_STATES, Delivery
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
 from django_outbox.payments.reports import Challenge, Change, KeptToken, OpenAttempt, Settlement
@@ -97,6 +97,30 @@ def kept_tokens(hosts: Iterable[str]) -> dict[str, KeptToken]:
     for host, pk, scheme, macaroon, preimage in rows:
         found.setdefault(host, KeptToken(pk, host, scheme, macaroon, preimage))
     return found
+
+
+def paying_hosts(hosts: Iterable[str]) -> dict[str, int | None]:
+    """Which of ``hosts`` have a payment under way, and the delivery it is for."""
+    rows = PaymentAttempt.objects.filter(host__in=set(hosts), state=PaymentState.PENDING)
+    return dict(rows.values_list("host", "delivery_id"))
+
+
+def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:
+    """``(id, payment hash)`` of pending attempts that no live delivery will resolve:
+    their delivery finished (given up, refused) or was pruned.  They block their host."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    rows = PaymentAttempt.objects.filter(state=PaymentState.PENDING, created_at__lt=cutoff)
+    rows = rows.filter(Q(delivery__isnull=True) | Q(delivery__state__in=FINAL_STATES))
+    return list(rows.order_by("id").values_list("id", "payment_hash")[:limit])
+
+
+def settle(settlements: Iterable[Settlement]) -> None:
+    """Apply ``settlements`` found outside a delivery's attempt (the sweeper's lookups)."""
+    signals = _Signals()
+    with transaction.atomic():
+        for settlement in settlements:
+            _settle(settlement, signals)
+    signals.send()
 
 
 # ------------------------------------------------------------------ budget ---
@@ -314,4 +338,12 @@ class _OverBudget(Exception):
     """Raised inside the savepoint to undo the attempt just written."""
 
 
-__all__ = ["kept_tokens", "open_attempts", "record_payments", "spent_today"]
+__all__ = [
+    "kept_tokens",
+    "open_attempts",
+    "orphans",
+    "paying_hosts",
+    "record_payments",
+    "settle",
+    "spent_today",
+]
