@@ -148,9 +148,7 @@ def test_a_402_is_stored_then_paid_once_then_delivered(
     assert len(node.payments()) == 1
     assert state(pk) == DeliveryState.DELIVERED
     assert [s["amount_msat"] for s in settled] == [PRICE]
-    assert [(m["amount_msat"], m["payment_hash"]) for m in made] == [
-        (PRICE, attempt.payment_hash)
-    ]
+    assert [(m["amount_msat"], m["payment_hash"]) for m in made] == [(PRICE, attempt.payment_hash)]
     assert attempt.preimage not in repr(made) + repr(attempt) + str(attempt)
     assert attempt.macaroon not in repr(made) + repr(attempt)
 

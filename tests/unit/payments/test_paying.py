@@ -271,14 +271,19 @@ def _answer(header: str) -> Callable[[str | None], Response]:
         (lambda i, r: InvoiceIssuer(r, network="tb").challenge(None).header, "wrong_network"),
         (lambda i, r: _other_invoice(i), "hash_mismatch"),
         (lambda i, r: 'L402 macaroon="abc", invoice=', "malformed"),
-        (lambda i, r: f"{i.challenge(None).header}, {i.challenge(None).header}", "multiple_challenges"),
+        (
+            lambda i, r: f"{i.challenge(None).header}, {i.challenge(None).header}",
+            "multiple_challenges",
+        ),
         (
             lambda i, r: f'L402 macaroon="{"A" * (1 << 20)}", invoice="lnbcrt1"',
             "header_too_large",
         ),
         (
-            lambda i, r: f'L402 macaroon="{base64.b64encode(b"x" * 30).decode()}", '
-            f'invoice="lnbcrt{"q" * 10_000}"',
+            lambda i, r: (
+                f'L402 macaroon="{base64.b64encode(b"x" * 30).decode()}", '
+                f'invoice="lnbcrt{"q" * 10_000}"'
+            ),
             "invoice_too_large",
         ),
     ],
