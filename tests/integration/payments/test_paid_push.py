@@ -46,8 +46,13 @@ class Lightning:
     def settings(self, timeout: float = 10.0, **extra: Any) -> dict[str, Any]:
         """``OUTBOX_PAYMENTS`` for a worker paying through this network."""
         options = {"url": self.lnd.url, "macaroon_hex": self.lnd.macaroon_hex, "timeout": timeout}
-        return {"CLIENT": "django_outbox.payments.lnd.LndRestClient", "OPTIONS": options,
-                "NETWORK": "bcrt", "MAX_FEE_MSAT": 100, **extra}
+        return {
+            "CLIENT": "django_outbox.payments.lnd.LndRestClient",
+            "OPTIONS": options,
+            "NETWORK": "bcrt",
+            "MAX_FEE_MSAT": 100,
+            **extra,
+        }
 
     def inbox(self, host: str = "127.0.0.1", **gate: Any) -> L402InboxServer:
         """An L402 inbox (not started: use it in ``with``)."""
@@ -117,9 +122,7 @@ def test_a_worker_killed_after_paying_and_before_sending_pays_once(
     report("paid-push sigkill", payments=len(lightning.node.attempts), decisions=decisions)
 
 
-def test_a_client_that_times_out_after_paying_pays_once(
-    start: Start, lightning: Lightning
-) -> None:
+def test_a_client_that_times_out_after_paying_pays_once(start: Start, lightning: Lightning) -> None:
     start(timeout=1.0)
     lightning.lnd.hang_after_paying = 3.0
     with lightning.inbox() as inbox:
@@ -151,7 +154,8 @@ def test_two_workers_on_one_hosts_402_pay_once_and_keep_the_token(
     token = PaymentAttempt.objects.get()
     assert token.state == "used"
     assert token.uses == 25
-    report("paid-push two workers", requests=len(decisions), challenged=decisions.count("challenged"))
+    challenged = decisions.count("challenged")
+    report("paid-push two workers", requests=len(decisions), challenged=challenged)
 
 
 def test_a_host_that_charges_per_message_is_paid_for_each(
