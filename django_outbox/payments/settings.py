@@ -65,50 +65,66 @@ class PaymentSettings:
     hold_while_paying: float = DEFAULTS["HOLD_WHILE_PAYING"]
 
 
-def _number(name: str, value: Any, kind: type[int] | type[float]) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OutboxConfigurationError(f"OUTBOX_PAYMENTS[{name!r}] must be a number.")
-    if kind is int and value != int(value):
-        raise OutboxConfigurationError(f"OUTBOX_PAYMENTS[{name!r}] must be a whole number.")
-    return kind(value)
+def problems(value: Any) -> list[tuple[str, str]]:
+    """Every problem of an ``OUTBOX_PAYMENTS`` value, as ``(key, message)``; ``key`` is the
+    setting's key (``""`` for the value as a whole).  Empty when it can be used."""
+    if value is None:
+        return []
+    if not isinstance(value, Mapping):
+        return [("", "OUTBOX_PAYMENTS must be a dict (or None).")]
+    found: list[tuple[str, str]] = []
+    unknown = set(value) - {"CLIENT", *DEFAULTS}
+    if unknown:
+        found.append(("", f"OUTBOX_PAYMENTS has unknown keys: {sorted(unknown)}."))
+    client = value.get("CLIENT")
+    if not (isinstance(client, str) and client) and not callable(client):
+        found.append(
+            (
+                "CLIENT",
+                "OUTBOX_PAYMENTS['CLIENT'] must name a payment client class, e.g. "
+                "'django_outbox.payments.lnd.LndRestClient'.",
+            )
+        )
+    if not isinstance(value.get("OPTIONS", {}), Mapping):
+        found.append(("OPTIONS", "OUTBOX_PAYMENTS['OPTIONS'] must be a dict."))
+    network = value.get("NETWORK", DEFAULTS["NETWORK"])
+    if network not in NETWORKS:
+        known = ", ".join(f"{k!r} ({v})" for k, v in NETWORKS.items())
+        found.append(("NETWORK", f"OUTBOX_PAYMENTS['NETWORK'] is {network!r}; use one of {known}."))
+    for name, default in DEFAULTS.items():
+        if name in ("OPTIONS", "NETWORK"):
+            continue
+        number = value.get(name, default)
+        whole = not isinstance(default, float)
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            found.append((name, f"OUTBOX_PAYMENTS[{name!r}] must be a number."))
+        elif whole and number != int(number):
+            found.append((name, f"OUTBOX_PAYMENTS[{name!r}] must be a whole number."))
+        elif number < 0 or (name in POSITIVE and number <= 0):
+            which = "positive" if name in POSITIVE else "zero or more"
+            found.append((name, f"OUTBOX_PAYMENTS[{name!r}] must be {which}."))
+    return found
 
 
 def read_payments(value: Any) -> PaymentSettings | None:
     """The :class:`PaymentSettings` of an ``OUTBOX_PAYMENTS`` value (None: pay nothing).
 
-    Raises :class:`~django_outbox.exceptions.OutboxConfigurationError` naming the
-    first key that is missing, unknown or of the wrong kind, or out of range.
+    Raises :class:`~django_outbox.exceptions.OutboxConfigurationError` with the first
+    of :func:`problems`.
     """
     if value is None:
         return None
-    if not isinstance(value, Mapping):
-        raise OutboxConfigurationError("OUTBOX_PAYMENTS must be a dict (or None).")
-    unknown = set(value) - {"CLIENT", *DEFAULTS}
-    if unknown:
-        raise OutboxConfigurationError(f"OUTBOX_PAYMENTS has unknown keys: {sorted(unknown)}.")
-    client = value.get("CLIENT")
-    if not (isinstance(client, str) and client) and not callable(client):
-        raise OutboxConfigurationError(
-            "OUTBOX_PAYMENTS['CLIENT'] must name a payment client class, e.g. "
-            "'django_outbox.payments.lnd.LndRestClient'."
-        )
-    options = value.get("OPTIONS", {})
-    if not isinstance(options, Mapping):
-        raise OutboxConfigurationError("OUTBOX_PAYMENTS['OPTIONS'] must be a dict.")
-    network = value.get("NETWORK", DEFAULTS["NETWORK"])
-    if network not in NETWORKS:
-        known = ", ".join(f"{k!r} ({v})" for k, v in NETWORKS.items())
-        raise OutboxConfigurationError(
-            f"OUTBOX_PAYMENTS['NETWORK'] is {network!r}; use one of {known}."
-        )
-    numbers: dict[str, Any] = {}
-    for name, default in DEFAULTS.items():
-        if name in ("OPTIONS", "NETWORK"):
-            continue
-        kind = float if isinstance(default, float) else int
-        numbers[name.lower()] = _number(name, value.get(name, default), kind)
-        if name in POSITIVE and numbers[name.lower()] <= 0:
-            raise OutboxConfigurationError(f"OUTBOX_PAYMENTS[{name!r}] must be positive.")
-        if numbers[name.lower()] < 0:
-            raise OutboxConfigurationError(f"OUTBOX_PAYMENTS[{name!r}] cannot be negative.")
-    return PaymentSettings(client=client, options=dict(options), network=network, **numbers)
+    found = problems(value)
+    if found:
+        raise OutboxConfigurationError(found[0][1])
+    numbers: dict[str, Any] = {
+        name.lower(): (float if isinstance(default, float) else int)(value.get(name, default))
+        for name, default in DEFAULTS.items()
+        if name not in ("OPTIONS", "NETWORK")
+    }
+    return PaymentSettings(
+        client=value["CLIENT"],
+        options=dict(value.get("OPTIONS", {})),
+        network=value.get("NETWORK", DEFAULTS["NETWORK"]),
+        **numbers,
+    )
