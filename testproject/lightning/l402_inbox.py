@@ -2,11 +2,9 @@
 valid ``Authorization: L402 <macaroon>:<preimage>``.
 
 :class:`L402Gate` holds the decision and knows nothing of HTTP servers, so any server
-can use it: ``status, headers = gate.respond(request_headers)``.
-:class:`L402InboxServer` is :class:`~testproject.inbox_servers.InboxServer` with a gate
-in front (recording every request and the status it got, as InboxServer does).  To
-gate any InboxServer path instead, give ``Behaviour`` a ``gate`` and let
-``InboxServer._choose`` ask it, as :meth:`L402InboxServer._choose` does.
+can use it: ``status, headers = gate.respond(request_headers)``.  To put a path of any
+:class:`~testproject.inbox_servers.InboxServer` behind it, give its ``Behaviour`` the
+gate (``Behaviour(gate=gate)``); :class:`L402InboxServer` gates every path.
 
 Valid means: the macaroon decodes, its signature is the gate's (root key of the
 issuer), the preimage hashes to the payment hash in its identifier, the registry says
@@ -21,7 +19,7 @@ import hashlib
 import http.client
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -98,6 +96,17 @@ class L402Gate:
             header = f"LSAT {header.removeprefix('L402 ')}, {header}"
         return 402, {"WWW-Authenticate": header}
 
+    def choose(
+        self, behaviour: Behaviour, status: int, headers: http.client.HTTPMessage
+    ) -> tuple[Behaviour, int]:
+        """What an :class:`InboxServer` path with this gate answers: the path's own
+        ``behaviour`` and ``status`` when the request is paid for, else a 402."""
+        code, extra = self.respond(headers)
+        if code != 402:
+            return behaviour, status
+        headers_402 = {**behaviour.headers, **extra}
+        return Behaviour(statuses=(402,), headers=headers_402, body=b"payment required"), 402
+
     def _decide(self, decision: str) -> None:
         with self._lock:
             self.decisions.append(decision)
@@ -135,11 +144,8 @@ class L402InboxServer(InboxServer):
     def __init__(self, gate: L402Gate, *args: Any, **options: Any) -> None:
         super().__init__(*args, **options)
         self.gate = gate
+        self.default = replace(self.default, gate=gate)
 
-    def _choose(self, path: str, headers: http.client.HTTPMessage) -> tuple[Behaviour, int]:
-        behaviour, status = super()._choose(path, headers)
-        code, extra = self.gate.respond(headers)
-        if code != 402:
-            return behaviour, status
-        headers_402 = {**behaviour.headers, **extra}
-        return Behaviour(statuses=(402,), headers=headers_402, body=b"payment required"), 402
+    def behave(self, path: str, behaviour: Behaviour) -> None:
+        """As :meth:`InboxServer.behave`, behind the gate."""
+        super().behave(path, replace(behaviour, gate=self.gate))

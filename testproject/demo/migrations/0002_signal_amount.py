@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('demo', '0001_initial'),
+        ("demo", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='signallog',
-            name='amount_msat',
+            model_name="signallog",
+            name="amount_msat",
             field=models.BigIntegerField(null=True),
         ),
     ]
