@@ -71,6 +71,15 @@ def challenge_from(done: Exchange) -> Challenge:
     return done.report.challenge
 
 
+def delivered_without_paying_again(
+    lnd: FakeLndServer, node: FakeNode, attempt: OpenAttempt, inbox: Inbox
+) -> None:
+    """The next attempt asks the node, finds the payment made, and is accepted."""
+    again = exchange(job(lnd, open=attempt), URL, BODY_SIZE, inbox)
+    assert again.response is not None and again.response.status == 202
+    assert len(node.attempts) == 1
+
+
 @pytest.fixture
 def gate(issuer: InvoiceIssuer) -> L402Gate:
     return L402Gate(issuer, price_msat=None)
@@ -129,9 +138,7 @@ def test_a_client_that_times_out_after_paying_leaves_it_pending(
     assert "payment client" in done.error
     assert done.report is None  # nothing to store: still pending
     lnd.hang_after_paying = 0.0
-    again = exchange(job(lnd, open=attempt), URL, BODY_SIZE, inbox)
-    assert again.response is not None and again.response.status == 202
-    assert len(node.attempts) == 1
+    delivered_without_paying_again(lnd, node, attempt, inbox)
 
 
 def test_in_flight_is_retried_later_without_paying(
@@ -172,9 +179,7 @@ def test_a_preimage_that_is_not_the_payment_hash_is_never_used(
     assert done.report is None  # still pending: the next attempt asks the node again
     assert inbox.sent == [None]
     node.lie_about_preimage = False
-    again = exchange(job(lnd, open=attempt), URL, BODY_SIZE, inbox)
-    assert again.response is not None and again.response.status == 202
-    assert len(node.attempts) == 1
+    delivered_without_paying_again(lnd, node, attempt, inbox)
 
 
 def test_an_invoice_that_ran_out_unpaid_is_failed_and_a_new_one_asked(
