@@ -17,7 +17,6 @@ conditional ``UPDATE``, so every worker sees one total and none can overspend it
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
@@ -38,8 +37,6 @@ from django_outbox.signals import (
     payment_made,
     send_logged,
 )
-
-logger = logging.getLogger("django_outbox.payments")
 
 _OPEN = (PaymentState.PENDING, PaymentState.PAID)
 

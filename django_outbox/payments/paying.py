@@ -75,7 +75,6 @@ class Exchange:
     result: AttemptResult | None = None
     status: int | None = None
     error: str = ""
-    held_for: float | None = None
     report: PaymentReport | None = None
 
 

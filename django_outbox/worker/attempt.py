@@ -162,10 +162,4 @@ def _paid_attempt(job: Job, payment: PaymentJob, url: str, transport: Transport)
     if done.response is not None:
         return replace(_judge(job, done.response), payment=done.report)
     assert done.result is not None
-    return job.outcome(
-        done.result,
-        status=done.status,
-        error=done.error,
-        held_for=done.held_for,
-        payment=done.report,
-    )
+    return job.outcome(done.result, status=done.status, error=done.error, payment=done.report)

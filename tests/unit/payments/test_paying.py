@@ -316,3 +316,19 @@ def test_bad_invoices_and_challenges_are_refused_unpaid(
     assert done.error.startswith("payment refused: " + reason)
     assert done.report is None
     assert node.attempts == []
+
+
+def test_no_secret_in_the_repr_of_what_travels_between_threads(
+    lnd: FakeLndServer, gate: L402Gate
+) -> None:
+    """A job is logged with ``%r`` when its thread fails; an outcome may be too."""
+    inbox = Inbox(gate)
+    challenge = challenge_from(exchange(job(lnd), URL, BODY_SIZE, inbox))
+    preimage = "ab" * 32
+    token = KeptToken(3, "paid.example", "L402", challenge.macaroon, preimage)
+    paid = replace(stored(challenge), state="paid", preimage=preimage)
+    payment_job = job(lnd, open=paid, token=token)
+    done = exchange(payment_job, URL, BODY_SIZE, inbox)
+    shown = repr(payment_job) + repr(done) + repr(challenge) + str(done.report)
+    for secret in (challenge.macaroon, challenge.invoice, preimage, lnd.macaroon_hex):
+        assert secret not in shown
