@@ -316,3 +316,21 @@ def test_the_sweeper_settles_payments_of_finished_deliveries_by_asking(
     assert unpaid.state == "failed"
     assert spent_today(ACTOR) == PRICE
     assert len(node.attempts) == 1
+
+
+def test_core_lightning_pays_through_the_same_flow(
+    cln: Any, inbox: L402InboxServer, node: FakeNode
+) -> None:
+    setting = {
+        "CLIENT": "django_outbox.payments.cln.ClnClient",
+        "OPTIONS": {"rpc_path": cln.path, "timeout": 5, "retry_for": 2},
+        "NETWORK": "bcrt",
+        "MAX_FEE_MSAT": 100,
+    }
+    with override_settings(OUTBOX_PAYMENTS=setting):
+        [pk] = send(inbox.url())
+        results = [outcome.result for _ in range(3) for outcome in round_of([pk])]
+    assert results[:2] == ["paying", "delivered"]
+    assert state(pk) == DeliveryState.DELIVERED
+    assert len(node.payments()) == 1
+    assert PaymentAttempt.objects.get().state == "used"
