@@ -332,3 +332,29 @@ def test_no_secret_in_the_repr_of_what_travels_between_threads(
     shown = repr(payment_job) + repr(done) + repr(challenge) + str(done.report)
     for secret in (challenge.macaroon, challenge.invoice, preimage, lnd.macaroon_hex):
         assert secret not in shown
+
+
+def test_a_401_naming_l402_refuses_a_token_as_a_402_does(
+    lnd: FakeLndServer, issuer: InvoiceIssuer
+) -> None:
+    fresh = issuer.challenge(None)
+    token = KeptToken(9, "paid.example", "LSAT", fresh.macaroon, "cd" * 32)
+    sent: list[str | None] = []
+
+    def post(authorization: str | None) -> Response:
+        sent.append(authorization)
+        header = f"Signature realm=x, {issuer.challenge(None).header}"
+        return Response(401, {"WWW-Authenticate": header}, b"", 0.0)
+
+    done = exchange(job(lnd, token=token), URL, BODY_SIZE, post)
+    assert sent[0] is not None and sent[0].startswith("LSAT ")  # in the token's own scheme
+    assert done.report is not None
+    assert [s.change for s in done.report.settlements] == [Change.RETIRED]
+    assert challenge_from(done).amount_msat == BODY_SIZE * 100
+
+
+def test_a_401_without_l402_is_an_answer_like_any_other(lnd: FakeLndServer) -> None:
+    answer = Response(401, {"WWW-Authenticate": 'Signature realm="x"'}, b"", 0.0)
+    done = exchange(job(lnd), URL, BODY_SIZE, lambda authorization: answer)
+    assert done.response is answer
+    assert done.report is None
