@@ -26,8 +26,7 @@ from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
 from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.outcomes import AttemptResult, Outcome
-from django_outbox.payments.ledger import kept_tokens, open_attempts, paying_hosts
-from django_outbox.payments.paying import PaymentJob, payment_client
+from django_outbox.payments.claims import payment_jobs
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.queries import not_yet_due
 from django_outbox.store.transitions import claim, release
@@ -127,7 +126,7 @@ class WorkerProcess:
         delivery's open payment attempt and its host's kept token.
         """
         messages = self.messages(row.message_id for row in claimed)
-        payments, wait = _payment_jobs(claimed)
+        payments, wait = payment_jobs(claimed)
         now = timezone.now()
         unavailable = unavailable_hosts()
         skip = conf.SKIP_UNAVAILABLE
@@ -198,29 +197,6 @@ def give_back(rows: Sequence[ClaimedRow]) -> None:
     """Release claimed deliveries unsent, their attempt refunded, and publish them again."""
     if rows:
         publish(release(rows))
-
-
-def _payment_jobs(claimed: list[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
-    """What each claimed delivery may pay and present, and those to hold for a while
-    (with no token for their host, which another delivery is paying); nothing when
-    payments are off."""
-    settings = conf.PAYMENTS
-    if settings is None:
-        return {}, {}
-    client = payment_client(settings)
-    attempts = open_attempts([row.id for row in claimed])
-    tokens = kept_tokens(row.host for row in claimed)
-    paying = paying_hosts(row.host for row in claimed if row.host not in tokens)
-    wait = {
-        row.id: settings.hold_while_paying
-        for row in claimed
-        if row.id not in attempts and paying.get(row.host, row.id) != row.id
-    }
-    jobs = {
-        row.id: PaymentJob(settings, client, attempts.get(row.id), tokens.get(row.host))
-        for row in claimed
-    }
-    return jobs, wait
 
 
 def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:
