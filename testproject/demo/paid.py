@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Max, Sum
 from django.db.models.functions import Coalesce
 
 from django_outbox.models import PaymentAttempt
@@ -41,16 +41,18 @@ class Lightning:
             }
         }
 
-    def summary(self) -> str:
+    def summary(self, sent_at: float) -> str:
         """One line on the payments: what the ledger recorded and what the node paid."""
         rows = PaymentAttempt.objects.all()
         paid = rows.filter(paid_at__isnull=False).count()
         states = dict(rows.order_by().values_list("state").annotate(n=Count("id")))
         node = self.node.payments()
+        last = rows.aggregate(last=Max("delivery__finished_at"))["last"]
+        span = f", the last delivered {last.timestamp() - sent_at:.1f} s after send" if last else ""
         return (
             f"payments: {paid} paid ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}); "
             f"the node paid {len(node)} invoices, {sum(p.amount_msat for p in node):,} msat; "
-            f"the L402 host accepted {self.gate.decisions.count('accepted')} paid requests"
+            f"the L402 host accepted {self.gate.decisions.count('accepted')} paid requests{span}"
         )
 
 
