@@ -6,7 +6,8 @@ those that have spent every attempt; dispatches deliveries that are due and
 have no Celery message (parked retries, a broker that was down or flushed);
 re-runs large fan-outs whose expansion was lost; frees ordered deliveries
 left waiting; resolves payments of finished deliveries (``OUTBOX_PAYMENTS``);
-and prunes finished rows past the retention period.  Every
+and prunes finished rows past the retention period (payment attempts once their
+delivery is pruned).  Every
 change of state is :mod:`django_outbox.store.transitions`'.
 """
 
@@ -21,6 +22,7 @@ from django_outbox.conf import conf
 from django_outbox.dispatch import publish, start_expansion, take_undispatched
 from django_outbox.models import Message
 from django_outbox.operations import give_up
+from django_outbox.payments import ledger
 from django_outbox.payments.recovery import resolve_orphans
 from django_outbox.store import queries, transitions
 
@@ -85,6 +87,7 @@ def sweep() -> dict[str, int]:
         "freed": free_waiting(),
         "payments": resolve_payments(),
         "pruned": transitions.prune(),
+        "pruned_payments": ledger.prune(conf.RETENTION_SECONDS),
     }
     if any(counts.values()):
         logger.info("sweep: %s", counts)

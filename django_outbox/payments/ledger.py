@@ -120,6 +120,17 @@ def settle(settlements: Iterable[Settlement]) -> None:
     signals.send()
 
 
+def prune(older_than: float) -> int:
+    """Delete settled attempts (not pending) created longer ago than ``older_than``
+    seconds whose delivery is pruned, and budget days as old; how many attempts."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    old = PaymentAttempt.objects.filter(created_at__lt=cutoff, delivery__isnull=True)
+    ids = list(old.exclude(state=PaymentState.PENDING).values_list("id", flat=True)[:5000])
+    deleted, _ = PaymentAttempt.objects.filter(id__in=ids).delete()
+    PaymentBudget.objects.filter(day__lt=_day(cutoff)).delete()
+    return deleted
+
+
 # ------------------------------------------------------------------ budget ---
 
 
@@ -340,6 +351,7 @@ __all__ = [
     "open_attempts",
     "orphans",
     "paying_hosts",
+    "prune",
     "record_payments",
     "settle",
     "spent_today",

@@ -334,3 +334,28 @@ def test_core_lightning_pays_through_the_same_flow(
     assert state(pk) == DeliveryState.DELIVERED
     assert len(node.payments()) == 1
     assert PaymentAttempt.objects.get().state == "used"
+
+
+def test_payment_records_are_pruned_with_their_delivery_never_pending(
+    inbox: L402InboxServer, issuer: InvoiceIssuer, lnd: FakeLndServer
+) -> None:
+    from django_outbox.payments.ledger import prune
+
+    with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
+        [pk] = send(inbox.url())
+        round_of([pk])
+        round_of([pk])
+        other = L402InboxServer(L402Gate(issuer, price_msat=PRICE), "127.0.0.6").start()
+        try:
+            [pending_pk] = send(other.url())
+            round_of([pending_pk])
+        finally:
+            other.stop()
+    old = timezone.now() - timedelta(days=30)
+    PaymentAttempt.objects.update(created_at=old)
+    PaymentBudget.objects.update(day=old.date())
+    assert prune(14 * 86400) == 0  # their deliveries are still there
+    Delivery.objects.all().delete()
+    assert prune(14 * 86400) == 1
+    assert list(PaymentAttempt.objects.values_list("state", flat=True)) == ["pending"]
+    assert not PaymentBudget.objects.exists()
