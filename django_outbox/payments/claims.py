@@ -11,6 +11,7 @@ host).
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from django_outbox.conf import conf
 from django_outbox.payments.ledger import kept_tokens, open_attempts, paying_hosts
@@ -22,7 +23,7 @@ from django_outbox.store.queries import queued_per_host
 HOLD_LIMIT = 60.0
 
 
-def payment_jobs(claimed: list[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
+def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
     """What each claimed delivery may pay and present, and those to hold for a while
     (with no token for their host, which another delivery is paying); nothing when
     payments are off."""

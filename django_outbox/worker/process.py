@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -118,43 +118,9 @@ class WorkerProcess:
         return key
 
     def jobs_for(self, claimed: list[ClaimedRow]) -> list[Job]:
-        """The jobs to send for ``claimed``; those not to send are recorded at once.
-
-        A delivery past its batch's deadline expires, one to an unavailable host
-        is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
-        its key is refused.  With ``OUTBOX_PAYMENTS`` set, each job carries its
-        delivery's open payment attempt and its host's kept token.
-        """
+        """The jobs to send for ``claimed``; those not to send go to the recorder at once."""
         messages = self.messages(row.message_id for row in claimed)
-        payments, wait = payment_jobs(claimed)
-        now = timezone.now()
-        unavailable = unavailable_hosts()
-        skip = conf.SKIP_UNAVAILABLE
-        # Room in the lease for two knocks of the whole time budget and saving the
-        # outcome; with a lease too short for that (system check W003), half of it.
-        lease = conf.LEASE_SECONDS
-        send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
-        jobs: list[Job] = []
-        for row in claimed:
-            message = messages[row.message_id]
-            key = self.key_for(message.sender)
-            if message.deadline is not None and message.deadline <= now:
-                self.recorder.put(Outcome(row, message, AttemptResult.EXPIRED))
-            elif row.host in unavailable and skip(row.inbox, message.activity_type):
-                error = f"skipped: {row.host} is marked unavailable"
-                self.recorder.put(Outcome(row, message, AttemptResult.SKIPPED, error=error))
-            elif key is None:
-                error = f"the key resolver no longer has a key for {message.sender}"
-                self.recorder.put(Outcome(row, message, AttemptResult.REFUSED, error=error))
-            elif row.id in wait:
-                error = "held: a payment to this host is under way"
-                held = Outcome(row, message, AttemptResult.HELD, error=error, held_for=wait[row.id])
-                self.recorder.put(held)
-            else:
-                extra = _synchronization(message, row.inbox)
-                payment = payments.get(row.id)
-                jobs.append(Job(row, message, key, send_by, extra, payment))
-        return jobs
+        return prepare_jobs(claimed, messages, self.key_for, self.recorder.put)
 
     def stop(self, timeout: float) -> None:
         """Release what never started at once; give what runs ``timeout`` to finish.
@@ -197,6 +163,50 @@ def give_back(rows: Sequence[ClaimedRow]) -> None:
     """Release claimed deliveries unsent, their attempt refunded, and publish them again."""
     if rows:
         publish(release(rows))
+
+
+def prepare_jobs(
+    claimed: Sequence[ClaimedRow],
+    messages: Mapping[int, MessageData],
+    key_for: Callable[[str], SenderKey | None],
+    settle: Callable[[Outcome], None],
+) -> list[Job]:
+    """The jobs to send for ``claimed``; the outcomes of those not to send go to ``settle``.
+
+    A delivery past its batch's deadline expires, one to an unavailable host
+    is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
+    its key is refused.  ``messages`` holds the message of every claimed row and
+    ``key_for`` gives a sender's key.  With ``OUTBOX_PAYMENTS`` set, each job
+    carries its delivery's open payment attempt and its host's kept token, and a
+    delivery whose host another one is paying is held.
+    """
+    payments, wait = payment_jobs(claimed)
+    now = timezone.now()
+    unavailable = unavailable_hosts()
+    skip = conf.SKIP_UNAVAILABLE
+    # Room in the lease for two knocks of the whole time budget and saving the
+    # outcome; with a lease too short for that (system check W003), half of it.
+    lease = conf.LEASE_SECONDS
+    send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
+    jobs: list[Job] = []
+    for row in claimed:
+        message = messages[row.message_id]
+        key = key_for(message.sender)
+        if message.deadline is not None and message.deadline <= now:
+            settle(Outcome(row, message, AttemptResult.EXPIRED))
+        elif row.host in unavailable and skip(row.inbox, message.activity_type):
+            error = f"skipped: {row.host} is marked unavailable"
+            settle(Outcome(row, message, AttemptResult.SKIPPED, error=error))
+        elif key is None:
+            error = f"the key resolver no longer has a key for {message.sender}"
+            settle(Outcome(row, message, AttemptResult.REFUSED, error=error))
+        elif row.id in wait:
+            error = "held: a payment to this host is under way"
+            settle(Outcome(row, message, AttemptResult.HELD, error=error, held_for=wait[row.id]))
+        else:
+            extra = _synchronization(message, row.inbox)
+            jobs.append(Job(row, message, key, send_by, extra, payments.get(row.id)))
+    return jobs
 
 
 def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:

@@ -27,7 +27,7 @@ from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.l402_inbox import L402Gate, L402InboxServer, Mode
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
-from tests.chaos import NOTE, Workers, busiest, kill, pool_pids, report, wait_until
+from tests.support.chaos import NOTE, Workers, busiest, kill, pool_pids, report, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

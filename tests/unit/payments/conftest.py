@@ -18,11 +18,6 @@ from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
 
 
-@pytest.fixture(autouse=True)
-def _clean_redis_state() -> None:
-    """Overrides the suite's Redis cleaner: these tests touch no Redis."""
-
-
 class Clock:
     """A settable clock for the registry (invoice and token expiry)."""
 

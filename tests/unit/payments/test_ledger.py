@@ -8,7 +8,7 @@ No Celery, no Redis: what a worker does between two broker messages, by hand.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import date, timedelta
 from typing import Any
 
@@ -112,14 +112,27 @@ def round_of(ids: list[int]) -> list[Outcome]:
     return [outcome for outcome, _ in apply_outcomes(outcomes).decided]  # as recorded
 
 
-def caught(signal: Signal) -> list[dict[str, Any]]:
-    seen: list[dict[str, Any]] = []
+Catch = Callable[[Signal], list[dict[str, Any]]]
 
-    def receiver(sender: object, **kwargs: Any) -> None:
-        seen.append(kwargs)
 
-    signal.connect(receiver, weak=False)
-    return seen
+@pytest.fixture
+def caught() -> Iterator[Catch]:
+    """``caught(signal)``: the arguments of each sending of ``signal`` during the test."""
+    connected: list[tuple[Signal, Callable[..., None]]] = []
+
+    def catch(signal: Signal) -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+
+        def receiver(sender: object, **kwargs: Any) -> None:
+            seen.append(kwargs)
+
+        signal.connect(receiver, weak=False)
+        connected.append((signal, receiver))
+        return seen
+
+    yield catch
+    for signal, receiver in connected:
+        signal.disconnect(receiver)
 
 
 def state(pk: int) -> str:
@@ -128,7 +141,7 @@ def state(pk: int) -> str:
 
 @pytest.mark.usefixtures("configured")
 def test_a_402_is_stored_then_paid_once_then_delivered(
-    inbox: L402InboxServer, node: FakeNode
+    inbox: L402InboxServer, node: FakeNode, caught: Catch
 ) -> None:
     made, settled = caught(payment_made), caught(delivery_settled)
     [pk] = send(inbox.url())
@@ -204,7 +217,7 @@ def test_two_deliveries_meeting_a_402_at_once_pay_once(
 
 
 def test_over_the_daily_budget_deliveries_are_held_and_told(
-    lnd: FakeLndServer, inbox: L402InboxServer, node: FakeNode
+    lnd: FakeLndServer, inbox: L402InboxServer, node: FakeNode, caught: Catch
 ) -> None:
     told = caught(payment_budget_exceeded)
     with override_settings(OUTBOX_PAYMENTS=payments(lnd, DAILY_BUDGET_MSAT=PRICE + 50)):
@@ -226,7 +239,7 @@ def test_over_the_daily_budget_deliveries_are_held_and_told(
 
 
 def test_a_destination_that_takes_money_and_never_accepts_is_capped(
-    lnd: FakeLndServer, issuer: InvoiceIssuer, node: FakeNode
+    lnd: FakeLndServer, issuer: InvoiceIssuer, node: FakeNode, caught: Catch
 ) -> None:
     failed = caught(payment_failed)
     gate = L402Gate(issuer, price_msat=PRICE)
