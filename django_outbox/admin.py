@@ -1,4 +1,4 @@
-"""Read-only admin pages: deliveries, messages, failing hosts and open breakers.
+"""Read-only admin pages: deliveries, messages, failing hosts, open breakers and payments.
 
 Nothing can be edited by hand; the actions call the package's own
 :meth:`~django_outbox.api.Outbox.requeue` and :meth:`~django_outbox.api.Outbox.give_up`.
@@ -15,25 +15,14 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 
+from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.api import outbox
 from django_outbox.breakers import BreakerStoreUnavailable
 from django_outbox.breakers.configured import configured_store
 from django_outbox.hosts import forget_cached
-from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Message
+from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Message, PaymentAttempt
 from django_outbox.overview import overview_context
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """An admin that shows rows and never adds, changes or deletes them by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from django_outbox.payments.admin import PaymentAttemptAdmin
 
 
 class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -204,3 +193,6 @@ class HostAdmin(ReadOnlyAdmin):
             states, error = [], str(failure)
         context = {**self.admin_site.each_context(request), "states": states, "error": error}
         return TemplateResponse(request, "admin/django_outbox/breakers.html", context)
+
+
+admin.site.register(PaymentAttempt, PaymentAttemptAdmin)

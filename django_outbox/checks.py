@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from django.conf import settings
@@ -9,6 +10,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
+from django_outbox.payments.paying import payment_client
+from django_outbox.payments.settings import DEFAULTS, problems
 from django_outbox.signing.http import Scheme
 from django_outbox.transport.addresses import parse_networks
 
@@ -52,6 +55,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     except ValueError as error:
         errors.append(Error(f"OUTBOX_ALLOWED_NETWORKS: {error}", id="django_outbox.E004"))
     errors.extend(_check_caches())
+    errors.extend(_check_payments())
     for name in _POSITIVE:
         try:
             value = getattr(conf, name)
@@ -117,3 +121,42 @@ def _check_caches() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_id(key: str) -> str:
+    """The check id of a problem with the ``OUTBOX_PAYMENTS`` key ``key``."""
+    if key == "NETWORK":
+        return "django_outbox.E011"
+    if key == "CLIENT":
+        return "django_outbox.E013"
+    return "django_outbox.E012" if key in DEFAULTS and key != "OPTIONS" else "django_outbox.E010"
+
+
+def _check_payments() -> list[CheckMessage]:
+    """``OUTBOX_PAYMENTS``: its shape (E010), network (E011), numbers (E012), a client
+    that can be made (E013), and the ``payments`` extra installed (E014)."""
+    value = getattr(settings, "OUTBOX_PAYMENTS", None)
+    found = problems(value)
+    errors: list[CheckMessage] = [Error(message, id=_check_id(key)) for key, message in found]
+    if value is None or found:
+        return errors
+    configured = conf.PAYMENTS
+    assert configured is not None
+    if importlib.util.find_spec("bolt11") is None:
+        errors.append(
+            Error(
+                "OUTBOX_PAYMENTS is set but bolt11 is not installed.",
+                hint="pip install 'django-outbox[payments]'",
+                id="django_outbox.E014",
+            )
+        )
+    try:
+        payment_client(configured)
+    except Exception as error:  # whatever the client's constructor raises is the finding
+        errors.append(
+            Error(
+                f"OUTBOX_PAYMENTS['CLIENT'] cannot be made: {type(error).__name__}: {error}",
+                id="django_outbox.E013",
+            )
+        )
+    return errors

@@ -16,6 +16,7 @@ from django.utils.module_loading import import_string
 from django_outbox.breakers.policy import BreakerScope
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.keys import KeyResolver
+from django_outbox.payments.settings import PaymentSettings, read_payments
 
 MiB = 1 << 20
 
@@ -276,6 +277,11 @@ class Settings:
     def METRICS_TTL(self) -> float:
         """Seconds a scrape of the metrics reuses its snapshot of the database."""
         return float(_get("OUTBOX_METRICS_TTL", 30.0))
+
+    @property
+    def PAYMENTS(self) -> PaymentSettings | None:
+        """``OUTBOX_PAYMENTS``: how to pay destinations that answer 402, or None (pay nothing)."""
+        return read_payments(_get("OUTBOX_PAYMENTS", None))
 
 
 conf = Settings()

@@ -210,3 +210,23 @@ class Attempt(models.Model):
     def __str__(self) -> str:
         what = f"held x{self.times}" if self.held else (self.status or self.result)
         return f"attempt {self.number} of delivery {self.delivery_id}: {what}"
+
+
+# Paid push keeps its rows in its own module; Django finds models in this one.
+from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState  # noqa: E402
+
+__all__ = [
+    "FINAL_STATES",
+    "LIVE_STATES",
+    "SETTLED_STATES",
+    "Attempt",
+    "Delivery",
+    "DeliveryState",
+    "Host",
+    "Lane",
+    "Message",
+    "PaymentAttempt",
+    "PaymentBudget",
+    "PaymentState",
+    "locked",
+]

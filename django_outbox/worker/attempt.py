@@ -2,8 +2,10 @@
 
 It asks the circuit breaker, signs in the scheme the origin is known to
 accept, knocks again with the other scheme on a 400 or 401, POSTs, and turns
-what happened into an :class:`~django_outbox.outcomes.Outcome`.  It touches
-no database: the recorder saves the outcome.  What may block (a breaker kept
+what happened into an :class:`~django_outbox.outcomes.Outcome`.  With
+``OUTBOX_PAYMENTS`` set, :func:`~django_outbox.payments.paying.exchange` makes
+the POST, paying and presenting L402 tokens.  It touches no database: the
+recorder saves the outcome.  What may block (a breaker kept
 in Redis, the shared cache of schemes) runs on the loop's executor, and only
 when this process's own copy cannot answer.
 """
@@ -22,6 +24,8 @@ from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, break
 from django_outbox.conf import conf
 from django_outbox.keys import SenderKey
 from django_outbox.outcomes import AttemptResult, Outcome, server_failed
+from django_outbox.payments.paying import PaymentJob, exchange
+from django_outbox.payments.reports import PaymentReport
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
 from django_outbox.signing.schemes import remember, remember_here, remembered, remembered_here
 from django_outbox.store.claimed import ClaimedRow, MessageData
@@ -47,6 +51,8 @@ class Job:
     #: Monotonic time after which it is given back unsent: its lease could lapse mid-send.
     send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
+    #: What to pay and present, when ``OUTBOX_PAYMENTS`` is set.
+    payment: PaymentJob | None = None
 
     def outcome(
         self,
@@ -73,7 +79,12 @@ _HELD = {
 
 
 async def _post(
-    transport: Transport, job: Job, url: str, scheme: Scheme, sent: list[str]
+    transport: Transport,
+    job: Job,
+    url: str,
+    scheme: Scheme,
+    sent: list[str],
+    authorization: str | None,
 ) -> Response:
     headers = sign_headers(
         scheme,
@@ -86,11 +97,15 @@ async def _post(
         extra_headers=job.extra_headers,
         covered_extra=tuple(name.lower() for name in job.extra_headers),
     )
+    if authorization is not None:
+        headers["Authorization"] = authorization  # a bearer token, not part of the message
     sent.append(scheme.value)
     return await transport.post(url, headers, job.message.body)
 
 
-async def _knock(transport: Transport, job: Job, url: str, sent: list[str]) -> Response:
+async def _knock(
+    transport: Transport, job: Job, url: str, sent: list[str], authorization: str | None = None
+) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
     parts = urlsplit(url)
     origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
@@ -99,11 +114,11 @@ async def _knock(transport: Transport, job: Job, url: str, sent: list[str]) -> R
     if not here:
         known = await loop.run_in_executor(None, remembered, origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = await _post(transport, job, url, first, sent)
+    response = await _post(transport, job, url, first, sent, authorization)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = await _post(transport, job, url, accepted, sent)
+        response = await _post(transport, job, url, accepted, sent, authorization)
     if 200 <= response.status < 300 and accepted != known and remember_here(origin, accepted):
         loop.run_in_executor(None, _share, origin, accepted)  # not awaited: nothing waits on it
     return response
@@ -126,6 +141,7 @@ class _Ending(NamedTuple):
     retry_after: float | None = None
     held_for: float | None = None
     failure: str = ""
+    payment: PaymentReport | None = None
 
 
 def _judge(response: Response) -> _Ending:
@@ -149,13 +165,13 @@ async def perform(
     sent: list[str] = []
     for url in job.row.via or [job.row.inbox]:
         ending = await _attempt_at(job, url, transport, breakers, policy, sent)
-        if ending.result is AttemptResult.DELIVERED:
-            break
+        if ending.result is AttemptResult.DELIVERED or ending.payment is not None:
+            break  # delivered, or a payment to record before any other gateway is tried
     duration = time.perf_counter() - began
-    result, status, error, retry_after, held_for, failure = ending
+    result, status, error, retry_after, held_for, failure, payment = ending
     return Outcome(
         job.row, job.message, result, status, error, retry_after, held_for,
-        started_at, duration, tuple(sent), failure,
+        started_at, duration, tuple(sent), failure, payment,
     )  # fmt: skip
 
 
@@ -187,14 +203,17 @@ async def _attempt_at(
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
-    try:
-        response = await _knock(transport, job, url, sent)
-    except BlockedAddress as error:
-        ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
-    except TransportError as error:
-        ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
+    if job.payment is not None:
+        ending = await _paid_attempt(job, job.payment, url, transport, sent)
     else:
-        ending = _judge(response)
+        try:
+            response = await _knock(transport, job, url, sent)
+        except BlockedAddress as error:
+            ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
+        except TransportError as error:
+            ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
+        else:
+            ending = _judge(response)
     if policy is not None:
         failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
         if not breakers.record_now(key, policy, failed=failed, admission=admission):
@@ -202,3 +221,19 @@ async def _attempt_at(
                 None, lambda: breakers.record(key, policy, failed=failed, admission=admission)
             )
     return ending
+
+
+async def _paid_attempt(
+    job: Job, payment: PaymentJob, url: str, transport: Transport, sent: list[str]
+) -> _Ending:
+    """An attempt that may pay: :func:`~django_outbox.payments.paying.exchange` POSTs."""
+    size = len(job.message.body)
+
+    async def post(authorization: str | None) -> Response:
+        return await _knock(transport, job, url, sent, authorization)
+
+    done = await exchange(payment, url, size, post)
+    if done.response is not None:
+        return _judge(done.response)._replace(payment=done.report)
+    assert done.result is not None
+    return _Ending(done.result, done.status, done.error, payment=done.report)

@@ -27,6 +27,7 @@ from django_outbox.keys import SenderKey
 from django_outbox.metrics.recording import stop_recording, watch_engine
 from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.payments.claims import payment_jobs
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.queries import not_yet_due
 from django_outbox.store.transitions import claim, release
@@ -180,8 +181,11 @@ def prepare_jobs(
     A delivery past its batch's deadline expires, one to an unavailable host
     is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
     its key is refused.  ``messages`` holds the message of every claimed row and
-    ``key_for`` gives a sender's key.
+    ``key_for`` gives a sender's key.  With ``OUTBOX_PAYMENTS`` set, each job
+    carries its delivery's open payment attempt and its host's kept token, and a
+    delivery whose host another one is paying is held.
     """
+    payments, wait = payment_jobs(claimed)
     now = timezone.now()
     unavailable = unavailable_hosts()
     skip = conf.SKIP_UNAVAILABLE
@@ -201,9 +205,12 @@ def prepare_jobs(
         elif key is None:
             error = f"the key resolver no longer has a key for {message.sender}"
             settle(Outcome(row, message, AttemptResult.REFUSED, error=error))
+        elif row.id in wait:
+            error = "held: a payment to this host is under way"
+            settle(Outcome(row, message, AttemptResult.HELD, error=error, held_for=wait[row.id]))
         else:
             extra = _synchronization(message, row.inbox)
-            jobs.append(Job(row, message, key, send_by, extra))
+            jobs.append(Job(row, message, key, send_by, extra, payments.get(row.id)))
     return jobs
 
 

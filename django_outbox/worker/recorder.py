@@ -25,6 +25,7 @@ from django_outbox.dispatch import publish
 from django_outbox.metrics.recording import record_batch
 from django_outbox.notify import AttemptSignals
 from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.payments.ledger import record_payments
 from django_outbox.store.transitions import (
     OutcomePlan,
     plan_outcomes,
@@ -40,11 +41,18 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
 
     The signals go first, as the rows are still claimed: a process that dies
     before saving leaves the deliveries to be sent again, and their signals
-    sent again, which is what makes them at least once.  Returns the plan, whose
+    sent again, which is what makes them at least once.  Payment reports are
+    written before either (:func:`~django_outbox.payments.ledger.record_payments`),
+    and may turn an outcome into a hold or a refusal.  Returns the plan, whose
     retries and successors :func:`publish_effects` publishes once it is saved.
     What was saved is counted for the metrics.
     """
-    plan = plan_outcomes([_unless_sender_gone(outcome) for outcome in outcomes])
+    outcomes = [_unless_sender_gone(outcome) for outcome in outcomes]
+    payments = conf.PAYMENTS
+    if payments is not None:
+        # Committed first: what was paid is kept even if the claim was lost meanwhile.
+        outcomes = record_payments(outcomes, payments)
+    plan = plan_outcomes(outcomes)
     signals = AttemptSignals()
     for outcome, fields in plan.decided:
         signals.note(outcome, fields)
