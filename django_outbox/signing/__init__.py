@@ -1,0 +1,1 @@
+"""How a delivery is signed: HTTP Signatures for ActivityPub, Standard Webhooks for webhooks."""
