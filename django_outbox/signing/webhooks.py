@@ -39,6 +39,7 @@ __all__ = [
     "WebhookKeys",
     "WebhookScheme",
     "WebhookSecret",
+    "check_webhook_id",
     "new_signing_key",
     "new_symmetric_secret",
     "new_webhook_id",
@@ -180,11 +181,7 @@ def sign_webhook(
     bytes sent.  Raises :class:`InvalidWebhookMessage` for an id, timestamp, body
     or content type that cannot be signed.
     """
-    if not isinstance(msg_id, str) or not _ID.fullmatch(msg_id):
-        raise InvalidWebhookMessage(
-            f"a webhook id must be 1 to {MAX_ID_LENGTH} characters of A-Z a-z 0-9 _ -, "
-            f"not {msg_id!r}"
-        )
+    check_webhook_id(msg_id)
     if timestamp is None:
         timestamp = int(time.time())
     elif type(timestamp) is not int or not 0 <= timestamp <= MAX_TIMESTAMP:
@@ -200,6 +197,20 @@ def sign_webhook(
         "webhook-signature": " ".join(secret.sign(content) for secret in keys.secrets),
         "Content-Type": content_type,
     }
+
+
+def check_webhook_id(msg_id: str) -> None:
+    """Raise :class:`InvalidWebhookMessage` unless ``msg_id`` can be a ``webhook-id``.
+
+    1 to 255 characters of ``A-Z a-z 0-9 _ -``: no "." (the specification's
+    rule, as the signed content is dot-separated), nothing a header cannot hold.
+    ``outbox`` checks an application's own id with this before storing it.
+    """
+    if not isinstance(msg_id, str) or not _ID.fullmatch(msg_id):
+        raise InvalidWebhookMessage(
+            f"a webhook id must be 1 to {MAX_ID_LENGTH} characters of A-Z a-z 0-9 _ -, "
+            f"not {msg_id!r}"
+        )
 
 
 def new_webhook_id() -> str:

@@ -35,6 +35,7 @@ from django_outbox.signing.webhooks import (
     InvalidWebhookSecret,
     WebhookKeys,
     WebhookSecret,
+    check_webhook_id,
     new_signing_key,
     new_symmetric_secret,
     new_webhook_id,
@@ -390,7 +391,16 @@ def test_secrets_are_not_pickled() -> None:
 )
 def test_ids_that_cannot_be_signed_are_refused(msg_id: object) -> None:
     with pytest.raises(InvalidWebhookMessage, match="webhook id"):
+        check_webhook_id(msg_id)  # type: ignore[arg-type]
+    with pytest.raises(InvalidWebhookMessage, match="webhook id"):
         sign_webhook(WebhookKeys(SECRET_A), msg_id, BODY)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "msg_id", ["msg_2KWPBgLlAfxdpx2AI54pPJ85f4W", "1f81eb52-5198-4599-803e-771906343485", "a" * 255]
+)
+def test_usual_ids_are_accepted(msg_id: str) -> None:
+    check_webhook_id(msg_id)
 
 
 @pytest.mark.parametrize("timestamp", [-1, MAX_TIMESTAMP + 1, True, 1.5, "1614265330"])
