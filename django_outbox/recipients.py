@@ -79,7 +79,11 @@ def collapse(
     """
     if isinstance(recipients, str | bytes):
         raise InvalidRecipient("recipients must be a collection, not a single string")
-    excluded = _exclusion(_excluded_hosts(exclude_hosts))
+    hosts = _excluded_hosts(exclude_hosts)
+    plain = _plain_targets(recipients, hosts)
+    if plain is not None:
+        return plain
+    excluded = _exclusion(hosts)
     shared_excluded: dict[str, bool] = {}  # a shared inbox serves many recipients
     targets: dict[str, None] = {}
     for recipient in recipients:
@@ -151,6 +155,42 @@ def _host(url: str) -> str | None:
         return urlsplit(url).hostname
     except ValueError as error:
         raise InvalidRecipient(f"cannot tell the host of {url!r}: {error}") from None
+
+
+def _plain_targets(recipients: object, hosts: frozenset[str]) -> list[str] | None:
+    """The targets of a list or tuple of plain inbox URLs none of which is on ``hosts``,
+    found without reading them one by one; None when that cannot be told so.
+
+    The screen of :func:`_exclusion` runs once over all the URLs joined by
+    newlines, a tenth of its cost on each, when they are ASCII without tab or
+    line break.  A name found across two joined URLs only sends them to the
+    test of each.  An empty string is left to :func:`_inboxes` to refuse.
+    """
+    if type(recipients) is not list and type(recipients) is not tuple:
+        return None
+    try:
+        joined = "\n".join(recipients)
+    except TypeError:  # not all strings
+        return None
+    if hosts and not _clear_of(hosts, joined, len(recipients)):
+        return None
+    targets = dict.fromkeys(recipients)
+    return None if "" in targets else list(targets)
+
+
+def _clear_of(hosts: frozenset[str], joined: str, count: int) -> bool:
+    """Whether none of the ``count`` URLs of ``joined`` (see :func:`_plain_targets`)
+    can be on ``hosts``."""
+    if (
+        not joined.isascii()
+        or not all(host.isascii() for host in hosts)
+        or joined.count("\n") != count - 1
+        or "\t" in joined
+        or "\r" in joined
+    ):
+        return False
+    names = "|".join(re.escape(host) for host in sorted(hosts))
+    return re.search(names, joined.lower()) is None
 
 
 def _exclusion(hosts: frozenset[str]) -> Callable[[str], bool] | None:

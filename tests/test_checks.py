@@ -18,7 +18,9 @@ def test_the_test_project_is_clean() -> None:
 
 
 def test_each_mistake_has_its_id() -> None:
-    assert "django_outbox.E001" in ids(OUTBOX_KEY_RESOLVER=None)
+    assert "django_outbox.E001" in ids(
+        OUTBOX_KEY_RESOLVER=None, OUTBOX_WEBHOOK_SECRET_RESOLVER=None
+    )
     assert "django_outbox.E001" in ids(OUTBOX_KEY_RESOLVER="no.such.module.resolve")
     assert "django_outbox.E002" in ids(OUTBOX_FIRST_SCHEME="hs2019")
     assert "django_outbox.E003" in ids(OUTBOX_BREAKER_SCOPE="planet")

@@ -25,7 +25,8 @@ import hmac
 import re
 import secrets
 import time
-from typing import Literal
+from collections.abc import Sequence
+from typing import Literal, Protocol, TypeAlias
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -39,6 +40,8 @@ __all__ = [
     "WebhookKeys",
     "WebhookScheme",
     "WebhookSecret",
+    "WebhookSecretResolver",
+    "as_webhook_keys",
     "check_webhook_id",
     "new_signing_key",
     "new_symmetric_secret",
@@ -161,6 +164,55 @@ class WebhookKeys:
 
     def __reduce__(self) -> str:
         raise TypeError("WebhookKeys are not pickled; resolve them where they are used")
+
+
+ResolvedSecrets: TypeAlias = WebhookKeys | str | WebhookSecret | Sequence[str | WebhookSecret]
+"""What a resolver may return besides ``None``: keys, one secret, or several in order."""
+
+
+class WebhookSecretResolver(Protocol):
+    """The application's ``OUTBOX_WEBHOOK_SECRET_RESOLVER``.
+
+    Called with the sender and one endpoint URL, as given to
+    ``outbox.send_webhook``; returns the secrets to sign that endpoint's
+    deliveries with (see :func:`as_webhook_keys` for the forms accepted), or
+    ``None`` when the sender has no such endpoint.
+    """
+
+    def __call__(self, sender: str, endpoint: str, /) -> ResolvedSecrets | None:
+        """The secrets of ``endpoint`` of ``sender``, or ``None``."""
+        ...
+
+
+def as_webhook_keys(resolved: object) -> WebhookKeys | None:
+    """What a secret resolver returned, as :class:`WebhookKeys` (``None`` stays ``None``).
+
+    Accepts :class:`WebhookKeys`, one secret (its text or a :class:`WebhookSecret`),
+    or a list or tuple of them, which all sign (a rotation).  Raises
+    :class:`InvalidWebhookSecret` for anything else or a secret that does not parse,
+    with no secret in the locals of this frame.
+    """
+    if resolved is None or isinstance(resolved, WebhookKeys):
+        return resolved
+    if isinstance(resolved, str | WebhookSecret):
+        items: tuple[object, ...] = (resolved,)
+    elif isinstance(resolved, list | tuple):
+        items = tuple(resolved)
+    else:
+        kind = type(resolved).__name__
+        del resolved
+        raise InvalidWebhookSecret(
+            "a webhook secret resolver must return WebhookKeys, a secret, a list of secrets "
+            f"or None, not {kind}"
+        )
+    del resolved
+    parsed = _parse_all(items)  # type: ignore[arg-type]  # _parse_all refuses non-strings
+    del items
+    if isinstance(parsed, str):
+        raise InvalidWebhookSecret(parsed)
+    keys = object.__new__(WebhookKeys)
+    keys.secrets = parsed
+    return keys
 
 
 def sign_webhook(

@@ -20,7 +20,7 @@ from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from django_outbox.models import Delivery, DeliveryState, Host, Message
+from django_outbox.models import Delivery, DeliveryState, Host, Message, Signing
 
 _counter = itertools.count()
 
@@ -78,6 +78,10 @@ class MessageData(NamedTuple):
     activity_type: str
     synchronize_collection: bool
     max_attempts: int
+    #: How its deliveries are signed: a :class:`~django_outbox.models.Signing` value.
+    signing: str = Signing.HTTP_SIGNATURES.value
+    #: The ``webhook-id`` of every attempt (webhooks), or ``""``.
+    webhook_id: str = ""
 
 
 def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
@@ -92,6 +96,8 @@ def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
         "activity_type",
         "synchronize_collection",
         "max_attempts",
+        "signing",
+        "webhook_id",
     )
     return {
         row[0]: MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:]) for row in rows

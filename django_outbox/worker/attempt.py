@@ -1,9 +1,11 @@
 """One attempt at one delivery, as a sending thread makes it.
 
-It asks the circuit breaker, signs in the scheme the origin is known to
-accept, knocks again with the other scheme on a 400 or 401, POSTs, and turns
-what happened into an :class:`~django_outbox.outcomes.Outcome`.  It touches
-no database: the recorder saves the outcome.
+It asks the circuit breaker, signs, POSTs, and turns what happened into an
+:class:`~django_outbox.outcomes.Outcome`.  An ActivityPub delivery is signed in
+the scheme its origin is known to accept, and knocks again with the other
+scheme on a 400 or 401; a webhook is signed with every secret of its endpoint
+(Standard Webhooks), afresh for each attempt, with its message's unchanging
+``webhook-id``.  It touches no database: the recorder saves the outcome.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django_outbox.keys import SenderKey
 from django_outbox.outcomes import AttemptResult, Outcome, server_failed
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
 from django_outbox.signing.schemes import remember, remembered
+from django_outbox.signing.webhooks import WebhookKeys, sign_webhook
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
@@ -34,7 +37,8 @@ class Job:
 
     row: ClaimedRow
     message: MessageData
-    key: SenderKey
+    #: The sender's key (HTTP Signatures), or the endpoint's secrets (a webhook).
+    key: SenderKey | WebhookKeys
     #: Monotonic time after which it is given back unsent: its lease could lapse mid-send.
     send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
@@ -58,10 +62,10 @@ _HELD = {
 }
 
 
-def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
+def _post(transport: Transport, job: Job, key: SenderKey, url: str, scheme: Scheme) -> Response:
     headers = sign_headers(
         scheme,
-        job.key,
+        key,
         method="POST",
         url=url,
         body=job.message.body,
@@ -73,20 +77,31 @@ def _post(transport: Transport, job: Job, url: str, scheme: Scheme) -> Response:
     return transport.post(url, headers, job.message.body)
 
 
-def _knock(transport: Transport, job: Job, url: str) -> Response:
+def _knock(transport: Transport, job: Job, key: SenderKey, url: str) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
     parts = urlsplit(url)
     origin = f"{parts.scheme.lower()}://{parts.netloc.lower()}"
     known = remembered(origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = _post(transport, job, url, first)
+    response = _post(transport, job, key, url, first)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = _post(transport, job, url, accepted)
+        response = _post(transport, job, key, url, accepted)
     if 200 <= response.status < 300 and accepted != known:
         remember(origin, accepted)
     return response
+
+
+def _signed_post(transport: Transport, job: Job, url: str) -> Response:
+    """POST the job's body to ``url``, signed as its message says."""
+    if isinstance(job.key, WebhookKeys):
+        message = job.message
+        headers = sign_webhook(
+            job.key, message.webhook_id, message.body, content_type=message.content_type
+        )
+        return transport.post(url, headers, message.body)
+    return _knock(transport, job, job.key, url)
 
 
 def _judge(job: Job, response: Response) -> Outcome:
@@ -126,7 +141,7 @@ def _attempt_at(
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return job.outcome(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     try:
-        response = _knock(transport, job, url)
+        response = _signed_post(transport, job, url)
     except BlockedAddress as error:
         outcome = job.outcome(AttemptResult.REFUSED, error=str(error))
     except TransportError as error:
