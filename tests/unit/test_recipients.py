@@ -315,3 +315,29 @@ def test_exclusion_agrees_with_urlsplit_on_any_text(url: str, name: str) -> None
         return  # collapse does not read a host it need not; send refuses the URL later
     kept = collapse([url], exclude_hosts=[name])
     assert kept == ([] if expected else [url])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    texts=st.lists(
+        st.one_of(
+            st.builds("https://{}/i".format, st.text(max_size=20)),
+            st.builds("https://{}".format, st.sampled_from([*HOSTS, "l\tocal.example", "x.y"])),
+            st.text(min_size=1, max_size=20),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    names=st.lists(st.sampled_from(EXCLUDABLE), max_size=2),
+)
+def test_a_list_of_plain_urls_is_screened_as_each_url_is(
+    texts: list[str], names: list[str]
+) -> None:
+    """Plain URLs are screened all at once (joined): the same as testing each one."""
+    excluded = {name.lower() for name in names}
+    try:
+        expected = list(dict.fromkeys(t for t in texts if host(t) not in excluded))
+    except ValueError:
+        return  # collapse does not read a host it need not; send refuses the URL later
+    assert collapse(texts, exclude_hosts=names) == expected
+    assert collapse(tuple(texts), exclude_hosts=names) == expected
