@@ -9,8 +9,8 @@ rows), the COMMIT, and the on-commit publish to Redis (one ``expand`` message ab
 
 Two kinds of recipients: plain inbox URLs (500 to 100,000, on 5,000 hosts), and
 :class:`~django_outbox.Recipient` objects (10,000 and 100,000, ten on each server,
-which has a shared inbox, one in a hundred on the sender's own host): the send
-to 100,000 of them writes about 9,900 deliveries.
+which has a shared inbox; one in a hundred on the sender's own host, left out): the
+send to 100,000 of them writes 10,000 deliveries, one per shared inbox.
 
 Then (first repeat only) the expansion a worker would do next
 (``django_outbox.fanout.expand``: write the delivery rows in slices and publish them)
