@@ -7,13 +7,19 @@ Celery app: this module does not import the tasks, which import the worker,
 which publishes through here.  When the broker cannot be reached the rows are
 marked undispatched and the sweeper sends them once it can: the database, not
 the broker, is what must not lose them.
+
+Every message goes through one :class:`Publisher`, Celery's unless a test put
+another in place with :func:`use_publisher` (:mod:`django_outbox.testing`
+records them instead).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import timedelta
+from typing import Any, Protocol
 
 from celery import current_app
 from django.db import transaction
@@ -29,6 +35,55 @@ logger = logging.getLogger("django_outbox.dispatch")
 DELIVER = "django_outbox.deliver"
 EXPAND = "django_outbox.expand"
 SWEEP = "django_outbox.sweep"
+
+SendTask = Callable[[str, tuple[Any, ...], str, float | None], None]
+"""Publishes one task message: ``(task name, args, queue, countdown or None)``."""
+
+
+class Publisher(Protocol):
+    """Where task messages go.
+
+    :meth:`connect` is entered once per dispatch, and the function it gives is
+    called once per message; when either raises, what was not sent yet is
+    treated as not published.
+    """
+
+    def connect(self) -> AbstractContextManager[SendTask]:
+        """A connection to publish a dispatch's messages on."""
+        ...
+
+
+class CeleryPublisher:
+    """The default :class:`Publisher`: the current Celery app, one producer per dispatch."""
+
+    @contextmanager
+    def connect(self) -> Iterator[SendTask]:
+        """Acquire a producer from the app's pool and publish by task name on it."""
+        app = current_app
+        with app.producer_or_acquire() as producer:
+
+            def send(name: str, args: tuple[Any, ...], queue: str, countdown: float | None) -> None:
+                app.send_task(name, args, queue=queue, producer=producer, countdown=countdown)
+
+            yield send
+
+
+_publisher: Publisher = CeleryPublisher()
+
+
+@contextmanager
+def use_publisher(publisher: Publisher) -> Iterator[None]:
+    """Send this process's task messages to ``publisher`` while the block runs.
+
+    For tests (:mod:`django_outbox.testing`).  It swaps one module-level
+    publisher, for every thread, as ``override_settings`` swaps settings.
+    """
+    global _publisher
+    previous, _publisher = _publisher, publisher
+    try:
+        yield
+    finally:
+        _publisher = previous
 
 
 def chunked(ids: Sequence[int], size: int) -> Iterable[list[int]]:
@@ -48,14 +103,11 @@ def publish(lanes: Lanes, countdown: float | None = None) -> bool:
         return True
     size = conf.CHUNK_SIZE
     sent: set[int] = set()
-    app = current_app
     try:
-        with app.producer_or_acquire() as producer:
+        with _publisher.connect() as send:
             for lane, ids in lanes.items():
                 for chunk in chunked(ids, size):
-                    app.send_task(
-                        DELIVER, (chunk,), queue=lane, producer=producer, countdown=countdown
-                    )
+                    send(DELIVER, (chunk,), lane, countdown)
                     sent.update(chunk)
     except Exception:
         unsent = [pk for ids in lanes.values() for pk in ids if pk not in sent]
@@ -86,7 +138,8 @@ def start_expansion(message_id: int, lane: str) -> bool:
     expansion after ``OUTBOX_REDISPATCH_AFTER``.
     """
     try:
-        current_app.send_task(EXPAND, (message_id,), queue=lane)
+        with _publisher.connect() as send:
+            send(EXPAND, (message_id,), lane, None)
     except Exception:
         logger.warning(
             "could not publish the expansion of message %s; the sweeper will",

@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -135,66 +135,18 @@ class WorkerProcess:
         cached = self._webhook_keys.get((sender, endpoint))
         if cached is not None and cached[1] > now:
             return cached[0]
-        keys = as_webhook_keys(conf.WEBHOOK_SECRET_RESOLVER(sender, endpoint))
+        keys = resolve_webhook_keys(sender, endpoint)
         if len(self._webhook_keys) > _CACHED_SENDERS:
             self._webhook_keys.clear()
         self._webhook_keys[(sender, endpoint)] = (keys, now + _WEBHOOK_KEYS_TTL)
         return keys
 
-    def signer_for(self, message: MessageData, inbox: str) -> SenderKey | WebhookKeys | str:
-        """What signs ``message`` to ``inbox``: a sender key, webhook secrets, or why none.
-
-        A string is the error of a delivery refused for it: the resolver no
-        longer has a key for the sender or a secret for the endpoint.
-        """
-        if message.signing == Signing.STANDARD_WEBHOOKS:
-            keys = self.webhook_keys_for(message.sender, inbox)
-            if keys is None:
-                return f"the webhook secret resolver no longer has a secret for {inbox}"
-            return keys
-        key = self.key_for(message.sender)
-        if key is None:
-            return f"the key resolver no longer has a key for {message.sender}"
-        return key
-
     def jobs_for(self, claimed: list[ClaimedRow]) -> list[Job]:
-        """The jobs to send for ``claimed``; those not to send are recorded at once.
-
-        A delivery past its batch's deadline expires, one to an unavailable host
-        is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
-        its key (or whose endpoint its secret) is refused, and one whose secret
-        does not parse is retried.
-        """
+        """The jobs to send for ``claimed``; those not to send go to the recorder at once."""
         messages = self.messages(row.message_id for row in claimed)
-        now = timezone.now()
-        unavailable = unavailable_hosts()
-        skip = conf.SKIP_UNAVAILABLE
-        # Room in the lease for two knocks of the whole time budget and saving the
-        # outcome; with a lease too short for that (system check W003), half of it.
-        lease = conf.LEASE_SECONDS
-        send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
-        jobs: list[Job] = []
-        for row in claimed:
-            message = messages[row.message_id]
-            if message.deadline is not None and message.deadline <= now:
-                self.recorder.put(Outcome(row, message, AttemptResult.EXPIRED))
-                continue
-            if row.host in unavailable and skip(row.inbox, message.activity_type):
-                error = f"skipped: {row.host} is marked unavailable"
-                self.recorder.put(Outcome(row, message, AttemptResult.SKIPPED, error=error))
-                continue
-            try:
-                signer = self.signer_for(message, row.inbox)
-            except InvalidWebhookSecret as invalid:
-                error = f"internal: unusable webhook secret: {invalid}"
-                self.recorder.put(Outcome(row, message, AttemptResult.RETRY, error=error))
-                continue
-            if isinstance(signer, str):
-                self.recorder.put(Outcome(row, message, AttemptResult.REFUSED, error=signer))
-            else:
-                extra = _synchronization(message, row.inbox)
-                jobs.append(Job(row, message, signer, send_by, extra))
-        return jobs
+        return prepare_jobs(
+            claimed, messages, self.key_for, self.recorder.put, self.webhook_keys_for
+        )
 
     def stop(self, timeout: float) -> None:
         """Release what never started at once; give what runs ``timeout`` to finish.
@@ -237,6 +189,81 @@ def give_back(rows: Sequence[ClaimedRow]) -> None:
     """Release claimed deliveries unsent, their attempt refunded, and publish them again."""
     if rows:
         publish(release(rows))
+
+
+def prepare_jobs(
+    claimed: Sequence[ClaimedRow],
+    messages: Mapping[int, MessageData],
+    key_for: Callable[[str], SenderKey | None],
+    settle: Callable[[Outcome], None],
+    webhook_keys_for: Callable[[str, str], WebhookKeys | None] | None = None,
+) -> list[Job]:
+    """The jobs to send for ``claimed``; the outcomes of those not to send go to ``settle``.
+
+    A delivery past its batch's deadline expires, one to an unavailable host
+    is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
+    its key (or whose endpoint its webhook secret) is refused, and one whose
+    webhook secret does not parse is retried.  ``messages`` holds the message
+    of every claimed row; ``key_for`` gives a sender's key and
+    ``webhook_keys_for`` an endpoint's secrets (by default, the resolver's
+    answer, asked each time).
+    """
+    now = timezone.now()
+    unavailable = unavailable_hosts()
+    skip = conf.SKIP_UNAVAILABLE
+    # Room in the lease for two knocks of the whole time budget and saving the
+    # outcome; with a lease too short for that (system check W003), half of it.
+    lease = conf.LEASE_SECONDS
+    send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
+    jobs: list[Job] = []
+    for row in claimed:
+        message = messages[row.message_id]
+        if message.deadline is not None and message.deadline <= now:
+            settle(Outcome(row, message, AttemptResult.EXPIRED))
+            continue
+        if row.host in unavailable and skip(row.inbox, message.activity_type):
+            error = f"skipped: {row.host} is marked unavailable"
+            settle(Outcome(row, message, AttemptResult.SKIPPED, error=error))
+            continue
+        try:
+            signer = _signer(message, row.inbox, key_for, webhook_keys_for or resolve_webhook_keys)
+        except InvalidWebhookSecret as invalid:
+            error = f"internal: unusable webhook secret: {invalid}"
+            settle(Outcome(row, message, AttemptResult.RETRY, error=error))
+            continue
+        if isinstance(signer, str):
+            settle(Outcome(row, message, AttemptResult.REFUSED, error=signer))
+        else:
+            extra = _synchronization(message, row.inbox)
+            jobs.append(Job(row, message, signer, send_by, extra))
+    return jobs
+
+
+def resolve_webhook_keys(sender: str, endpoint: str) -> WebhookKeys | None:
+    """The endpoint's secrets as ``OUTBOX_WEBHOOK_SECRET_RESOLVER`` answers now (no cache)."""
+    return as_webhook_keys(conf.WEBHOOK_SECRET_RESOLVER(sender, endpoint))
+
+
+def _signer(
+    message: MessageData,
+    inbox: str,
+    key_for: Callable[[str], SenderKey | None],
+    webhook_keys_for: Callable[[str, str], WebhookKeys | None],
+) -> SenderKey | WebhookKeys | str:
+    """What signs ``message`` to ``inbox``: a sender key, webhook secrets, or why none.
+
+    A string is the error of a delivery refused for it: the resolver no longer
+    has a key for the sender, or a secret for the endpoint.
+    """
+    if message.signing == Signing.STANDARD_WEBHOOKS:
+        keys = webhook_keys_for(message.sender, inbox)
+        if keys is None:
+            return f"the webhook secret resolver no longer has a secret for {inbox}"
+        return keys
+    key = key_for(message.sender)
+    if key is None:
+        return f"the key resolver no longer has a key for {message.sender}"
+    return key
 
 
 def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:

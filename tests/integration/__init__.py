@@ -1,0 +1,1 @@
+"""Tests with real servers: Redis, PostgreSQL (or SQLite) and Celery worker processes."""

@@ -16,9 +16,10 @@ from testproject.demo.keys import ACTOR, resolve
 from testproject.demo.models import SignalLog
 from testproject.demo.webhooks import OLD_SECRET, SECRET, SHOP, SIGNING_KEY
 from testproject.inbox_servers import Behaviour, InboxServer
-from tests.conftest import Worker, wait_for
+from tests.support.verifiers import verify_cavage
+from tests.support.waiting import wait_for
 from tests.support.webhook_verifiers import verify_v1, verify_v1a
-from tests.verifiers import verify_cavage
+from tests.support.workers import Worker
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 

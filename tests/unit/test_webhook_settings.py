@@ -1,4 +1,4 @@
-"""Webhook settings: the resolver's answers, system checks, and the admin."""
+"""Webhook settings: the resolver's answers, and the admin (checks: test_checks.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ from django.test import Client, override_settings
 from django.urls import reverse
 
 from django_outbox import WebhookKeys, outbox
-from django_outbox.checks import check_settings
 from django_outbox.models import Signing
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookSecret, as_webhook_keys
 from testproject.demo.keys import ACTOR
@@ -17,34 +16,6 @@ from testproject.demo.webhooks import OLD_SECRET, SECRET, SHOP, SIGNING_KEY
 from tests.unit.test_webhook_signing import _needles, _shown_anywhere
 
 HIDDEN = "whsec_" + base64.b64encode(b"never shown anywhere, not once!!").decode()
-
-
-def ids(**settings: object) -> set[str]:
-    with override_settings(**settings):
-        return {message.id for message in check_settings()}  # type: ignore[misc]
-
-
-def test_a_project_sets_either_resolver_or_both() -> None:
-    assert ids(DEBUG=True) == set()
-    assert ids(DEBUG=True, OUTBOX_KEY_RESOLVER=None) == set()  # webhooks only
-    assert ids(DEBUG=True, OUTBOX_WEBHOOK_SECRET_RESOLVER=None) == set()  # ActivityPub only
-    neither = ids(OUTBOX_KEY_RESOLVER=None, OUTBOX_WEBHOOK_SECRET_RESOLVER=None)
-    assert "django_outbox.E001" in neither
-
-
-def test_each_resolver_that_is_set_must_import() -> None:
-    assert "django_outbox.E001" in ids(OUTBOX_KEY_RESOLVER="no.such.module.resolve")
-    assert "django_outbox.E007" in ids(OUTBOX_WEBHOOK_SECRET_RESOLVER="no.such.module.secrets")
-    assert "django_outbox.E007" in ids(OUTBOX_WEBHOOK_SECRET_RESOLVER=42)
-
-
-@pytest.mark.parametrize("value", ["demo.example", [""], [None], 7])
-def test_local_hosts_must_be_a_list_of_names(value: object) -> None:
-    assert "django_outbox.E008" in ids(OUTBOX_LOCAL_HOSTS=value)
-
-
-def test_local_hosts_may_be_any_collection_of_names() -> None:
-    assert "django_outbox.E008" not in ids(OUTBOX_LOCAL_HOSTS={"a.example", "b.example"})
 
 
 def test_a_resolver_may_answer_keys_one_secret_or_several() -> None:

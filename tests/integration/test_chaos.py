@@ -1,6 +1,6 @@
 """Chaos: faults during a 2,000-inbox fan-out, with real workers, Redis and the database.
 
-Each test runs its own ``celery worker`` processes (tests/chaos.py) on a
+Each test runs its own ``celery worker`` processes (tests/support/chaos.py) on a
 private ``redis-server``, delivers to 20 loopback hosts that record every
 request, injects one kind of fault mid-run, then runs the sweeper until
 nothing is live.  It asserts that every delivery settled and every inbox was
@@ -24,7 +24,7 @@ from django_outbox import Batch, outbox
 from django_outbox.models import Delivery, DeliveryState, Message
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer
-from tests.chaos import (
+from tests.support.chaos import (
     NOTE,
     Farm,
     Workers,
@@ -42,7 +42,7 @@ from tests.chaos import (
     wait_until,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 FAN_OUT = 2000
 

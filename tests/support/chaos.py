@@ -15,7 +15,6 @@ import operator
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections import Counter
@@ -31,7 +30,8 @@ from django.db.models import Q
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
 from django_outbox.sweeper import sweep
 from testproject.inbox_servers import Behaviour, ServerFarm
-from tests.conftest import Worker
+from tests.support.network import free_port
+from tests.support.workers import Worker
 
 #: Settings of the chaos workers (merged over ``WORKER_SETTINGS``): short leases so that
 #: a killed worker's deliveries are reclaimed within seconds, retries within a second, no
@@ -274,31 +274,33 @@ class Workers:
     ) -> list[Worker]:
         """Start ``count`` workers at once (in parallel) and wait until each is ready."""
         merged = {**CHAOS_SETTINGS, "CELERY_BROKER_URL": self.broker_url, **(extra or {})}
+        new = [Worker(merged, concurrency) for _ in range(count)]
+        self.started.extend(new)  # before starting: close() stops those that did start
         with ThreadPoolExecutor(count) as pool:
-            new = list(pool.map(lambda _: Worker(merged, concurrency), range(count)))
-        self.started.extend(new)
+            list(pool.map(Worker.start, new))
         return new
 
     def close(self) -> None:
         """Warm-stop every worker still running; SIGKILL whatever is left of their groups."""
-        running = [w for w in self.started if w.process.poll() is None]
-        for worker in running:
-            worker.process.terminate()
+        processes = [w.process for w in self.started if w.process is not None]
+        running = [process for process in processes if process.poll() is None]
+        for process in running:
+            process.terminate()
         deadline = time.monotonic() + 20
-        for worker in running:
+        for process in running:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                worker.process.wait(max(0.1, deadline - time.monotonic()))
-        for worker in self.started:
-            if worker.process.poll() is None:
-                worker.process.kill()
-                worker.process.wait()
+                process.wait(max(0.1, deadline - time.monotonic()))
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
             # Each worker leads its own session: what is left in its group is ours.
-            kill(group(worker.process.pid))
+            kill(group(process.pid))
 
 
 def pool_pids(workers: Iterable[Worker]) -> list[int]:
     """The pool (child) processes of ``workers``."""
-    return [pid for worker in workers for pid in children(worker.process.pid)]
+    return [pid for worker in workers for pid in children(worker.pid)]
 
 
 def busiest(pids: Sequence[int]) -> int:
@@ -307,12 +309,6 @@ def busiest(pids: Sequence[int]) -> int:
 
 
 # -------------------------------------------------------------------- broker ---
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class RedisServer:
     """A private ``redis-server`` (no persistence) that tests may flush, stop and restart."""
 

@@ -7,9 +7,12 @@ import uuid
 from collections.abc import Callable
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from django_outbox.breakers import BreakerPolicy, BreakerStore
 from django_outbox.breakers.redis_store import RedisBreakerStore
+from tests.support.network import free_port
 
 POLICY = BreakerPolicy(threshold=2, cool_off=0.1)
 KEY = "inbox:https://remote.example/inbox"
@@ -56,3 +59,10 @@ def send_one(store: BreakerStore, *, failed: bool, policy: BreakerPolicy = POLIC
     admission = store.admit(KEY, policy)
     assert admission.kind != "held"
     store.record(KEY, policy, failed=failed, admission=admission)
+
+
+def closed_port_client() -> redis.Redis:
+    """A client for a port nothing listens on, which fails at once rather than retrying."""
+    return redis.Redis(
+        host="127.0.0.1", port=free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
+    )

@@ -10,8 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.breakers import BreakerPolicy
-from django_outbox.breakers.configured import configured_store
+from django_outbox.breakers import BreakerPolicy, MemoryBreakerStore
 from django_outbox.models import Delivery, DeliveryState, Host
 from testproject.demo.keys import ACTOR
 
@@ -85,12 +84,18 @@ def test_hosts_can_be_marked_available(staff: Client) -> None:
     assert not Host.objects.exists()
 
 
-def test_open_breakers_are_listed_and_reset(staff: Client) -> None:
-    store = configured_store()
+def test_open_breakers_are_listed_and_reset(staff: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The store the settings ask for is made anew on each call: share one memory store.
+    store = MemoryBreakerStore()
+    monkeypatch.setattr("django_outbox.admin.configured_store", lambda: store)
     policy = BreakerPolicy(threshold=1, cool_off=60)
     store.record("host:dead.example", policy, failed=True, admission=None)
+    store.record("host:other.example", policy, failed=True, admission=None)
     url = reverse("admin:django_outbox_breakers")
-    assert b"host:dead.example" in staff.get(url).content
+    page = staff.get(url).content
+    assert b"host:dead.example" in page and b"host:other.example" in page
     staff.post(url, {"key": "host:dead.example"})
     assert store.admit("host:dead.example", policy).kind == "pass"
+    assert [state.key for state in store.states()] == ["host:other.example"]
+    staff.post(url, {"key": "host:other.example"})
     assert b"No breaker is open" in staff.get(url).content

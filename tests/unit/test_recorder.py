@@ -21,6 +21,7 @@ from django_outbox.signals import delivery_attempted, delivery_failed, delivery_
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.worker.recorder import Recorder, apply_outcomes
 from testproject.demo.keys import ACTOR
+from tests.support.rows import claimed_row, message_data
 
 SIGNALS = {"attempted": delivery_attempted, "settled": delivery_settled, "failed": delivery_failed}
 #: The keyword arguments of each signal, as signals.py and docs/signals.md list them.
@@ -61,33 +62,10 @@ def outcome(
 ) -> Outcome:
     """The outcome of an attempt at ``row`` (or at a made-up delivery with that id)."""
     if isinstance(row, int):
-        claimed_row = ClaimedRow(row, 0, "", "", [], "outbox", "", 1, token)
+        made_up = ClaimedRow(row, 0, "", "", [], "outbox", "", 1, token)
         message = MessageData(0, ACTOR, b"{}", b"", "", None, "", False, 16)
-        return Outcome(claimed_row, message, result, **details)
-    parent = row.message
-    claimed_row = ClaimedRow(
-        row.pk,
-        parent.pk,
-        row.inbox,
-        row.host,
-        row.via,
-        row.lane,
-        row.ordering_key,
-        row.attempts,
-        token,
-    )
-    message = MessageData(
-        parent.pk,
-        parent.sender,
-        bytes(parent.body),
-        bytes(parent.body_sha256),
-        parent.content_type,
-        parent.deadline,
-        parent.activity_type,
-        parent.synchronize_collection,
-        parent.max_attempts,
-    )
-    return Outcome(claimed_row, message, result, **details)
+        return Outcome(made_up, message, result, **details)
+    return Outcome(claimed_row(row, token), message_data(row.message), result, **details)
 
 
 def delivered(row: Delivery, token: str = "t1") -> Outcome:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -11,36 +11,31 @@ from django_outbox import outbox
 from django_outbox.models import Delivery
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer
-from tests.conftest import Worker, wait_for
+from tests.support.waiting import wait_for
+from tests.support.workers import Worker
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 THRESHOLD = 3
 COOL_OFF = 3.0
 
 
-@pytest.fixture
-def breaker_workers(worker: Worker) -> Iterator[list[Worker]]:
-    """The session worker stopped, and two single-process workers with a small breaker."""
-    worker.stop()
-    settings = {
-        "OUTBOX_BREAKER_THRESHOLD": THRESHOLD,
-        "OUTBOX_BREAKER_COOL_OFF": COOL_OFF,
-        "OUTBOX_PER_HOST": 1,
-        "OUTBOX_RETRY_BASE": 0.2,
-        "OUTBOX_RETRY_CAP": 0.5,
-        "OUTBOX_MAX_ATTEMPTS": 50,
-    }
-    pair = [Worker(settings, concurrency=1), Worker(settings, concurrency=1)]
-    yield pair
-    for one in pair:
-        one.stop()
-    worker.__init__()  # type: ignore[misc]  # the session worker again, for later tests
+SETTINGS = {
+    "OUTBOX_BREAKER_THRESHOLD": THRESHOLD,
+    "OUTBOX_BREAKER_COOL_OFF": COOL_OFF,
+    "OUTBOX_PER_HOST": 1,
+    "OUTBOX_RETRY_BASE": 0.2,
+    "OUTBOX_RETRY_CAP": 0.5,
+    "OUTBOX_MAX_ATTEMPTS": 50,
+}
 
 
 def test_two_workers_count_failures_together_and_send_one_probe(
-    breaker_workers: list[Worker], inbox_server: InboxServer
+    make_worker: Callable[..., Worker], inbox_server: InboxServer
 ) -> None:
+    # Two single-process workers with a small breaker, and no other worker.
+    make_worker(concurrency=1, **SETTINGS)
+    make_worker(concurrency=1, **SETTINGS)
     inbox_server.behave("/dead", Behaviour(statuses=(503,)))
     inboxes = [inbox_server.url(f"/dead?n={n}") for n in range(20)]
     outbox.send(ACTOR, {"type": "Create", "id": "x"}, inboxes)

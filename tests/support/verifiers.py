@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from base64 import b64encode
+from collections.abc import Sequence
 from typing import Any
 
 import http_message_signatures as hms
@@ -25,8 +26,9 @@ def _headers(request: Any) -> dict[str, str]:
     return {name: value for name, value in request.headers.items()}
 
 
-def verify_cavage(request: Any, private_pem: str) -> bool:
-    """Whether a recorded request carries a valid draft-cavage RSA signature and digest."""
+def verify_cavage(request: Any, private_pem: str, covered: Sequence[str] = ()) -> bool:
+    """Whether a recorded request carries a valid draft-cavage RSA signature and digest,
+    covering the usual headers and ``covered`` (lower-case names) as well."""
     headers = _headers(request)
     digest = "SHA-256=" + b64encode(hashlib.sha256(request.body).digest()).decode()
     if headers.get("Digest") != digest:
@@ -34,7 +36,7 @@ def verify_cavage(request: Any, private_pem: str) -> bool:
     checker = HeaderVerifier(
         headers,
         public_pem(private_pem),
-        ["(request-target)", "host", "date", "digest", "content-type"],
+        ["(request-target)", "host", "date", "digest", "content-type", *covered],
         request.method,
         request.path,
         sign_header="signature",

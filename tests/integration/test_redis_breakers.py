@@ -1,25 +1,21 @@
-"""The Redis breaker store: shared between processes, trusted hosts, a Redis that is down."""
+"""The Redis breaker store on a real Redis: the contract, expiry, processes, trusted hosts."""
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
-import socket
 import time
 from typing import Any
 
 import pytest
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from django_outbox.breakers import Admission, BreakerPolicy, BreakerStoreUnavailable
-from django_outbox.breakers import redis_store as redis_breakers
-from django_outbox.breakers.redis_store import RedisBreakerStore, redis_store_for_cache
-from django_outbox.exceptions import OutboxError
-from tests.breaker_helpers import (
+from django_outbox.breakers import BreakerPolicy
+from django_outbox.breakers.redis_store import RedisBreakerStore
+from tests.support.breaker_contract import BreakerStoreContract
+from tests.support.breaker_helpers import (
     KEY,
     POLICY,
+    closed_port_client,
     concurrently,
     fresh_prefix,
     open_breaker,
@@ -28,17 +24,12 @@ from tests.breaker_helpers import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _fresh_warning_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test sees the first warning it causes, whatever ran before."""
-    monkeypatch.setattr(redis_breakers, "_warnings", redis_breakers._WarningLimiter(60.0))
+class TestRedisStore(BreakerStoreContract):
+    """The Redis store follows the seed's state machine, as the memory store does."""
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    @pytest.fixture
+    def store(self, redis_url: str) -> RedisBreakerStore:
+        return redis_store(redis_url)
 
 
 def test_redis_keys_expire(redis_url: str) -> None:
@@ -138,68 +129,10 @@ def test_redis_does_not_trust_an_answer_from_before_it_opened(redis_url: str) ->
     assert store.admit(KEY, POLICY).kind == "held"
 
 
-def _closed_port_client() -> redis.Redis:
-    """A client for a port nothing listens on, which fails at once rather than retrying."""
-    return redis.Redis(
-        host="127.0.0.1", port=_free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0)
-    )
-
-
-def _closed_port_store(error_pause: float = 15.0) -> tuple[RedisBreakerStore, list[int]]:
-    client = _closed_port_client()
-    calls: list[int] = []
-
-    def connect() -> redis.Redis:
-        calls.append(1)
-        return client
-
-    return RedisBreakerStore(connect, error_pause=error_pause), calls
-
-
-def test_a_down_redis_lets_deliveries_through_with_one_warning(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    store, _ = _closed_port_store(error_pause=0.0)
-    with caplog.at_level(logging.WARNING, logger="django_outbox.breakers"):
-        assert store.admit(KEY, POLICY).kind == "pass"
-        store.record(KEY, POLICY, failed=True, admission=None)
-        store.record(KEY, POLICY, failed=False, admission=Admission("probe", token="token"))
-        assert store.admit(KEY, POLICY).kind == "pass"
-    logged = [record for record in caplog.records if record.name == "django_outbox.breakers"]
-    assert len(logged) == 1, "rate-limited"
-    assert logged[0].levelno == logging.WARNING
-    assert "unavailable" in logged[0].getMessage()
-
-
-def test_a_down_redis_is_skipped_for_a_while() -> None:
-    store, calls = _closed_port_store(error_pause=0.2)
-    assert store.admit(KEY, POLICY).kind == "pass"
-    store.record(KEY, POLICY, failed=True, admission=None)
-    assert store.admit(KEY, POLICY).kind == "pass"
-    assert len(calls) == 1, "not asked again during the pause"
-    time.sleep(0.25)
-    assert store.admit(KEY, POLICY).kind == "pass"
-    assert len(calls) == 2
-
-
-def test_a_down_redis_is_reported_to_the_admin() -> None:
-    store, _ = _closed_port_store()
-    with pytest.raises(BreakerStoreUnavailable):
-        store.states()
-    with pytest.raises(OutboxError):
-        store.reset(KEY)
-
-
 def test_redis_recovers_after_the_pause(redis_url: str) -> None:
-    clients = [_closed_port_client(), redis.Redis.from_url(redis_url)]
+    clients = [closed_port_client(), redis.Redis.from_url(redis_url)]
     store = RedisBreakerStore(lambda: clients[0], prefix=fresh_prefix(), error_pause=0)
     assert store.admit(KEY, POLICY).kind == "pass"
     clients.pop(0)
     open_breaker(store)
     assert store.admit(KEY, POLICY).kind == "held"
-
-
-def test_redis_store_for_cache_connects_lazily() -> None:
-    store = redis_store_for_cache("no-such-cache")
-    assert isinstance(store, RedisBreakerStore)
-    assert store.prefix == "outbox:breaker:"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import transaction
@@ -158,5 +158,11 @@ def test_large_fan_out_is_expanded_by_a_worker(django_capture_on_commit_callback
     assert message.pending_inboxes == "" and message.max_attempts == 3
 
 
-def test_deadline_must_be_aware() -> None:
-    Batch(deadline=datetime.now(UTC) + timedelta(hours=1))
+@pytest.mark.django_db
+def test_an_aware_deadline_in_any_zone_is_kept_as_that_instant() -> None:
+    summer_paris = timezone(timedelta(hours=2))
+    deadline = datetime(2030, 6, 1, 12, 0, tzinfo=summer_paris)
+    message = outbox.send(ACTOR, ACTIVITY, inboxes(1), batch=Batch(deadline=deadline))
+    assert message is not None
+    message.refresh_from_db()
+    assert message.deadline == datetime(2030, 6, 1, 10, 0, tzinfo=UTC)

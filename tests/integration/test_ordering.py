@@ -1,6 +1,6 @@
 """Ordering keys end to end: a Delete never overtakes its Create at an inbox.
 
-Each test runs a real worker (tests/chaos.py, on the private broker) and no
+Each test runs a real worker (tests/support/chaos.py, on the private broker) and no
 sweeper at all, so a delivery that arrives did so because the one before it
 settled and promoted it at once, not because a sweep found it stranded.
 """
@@ -22,9 +22,9 @@ from django_outbox.models import Delivery, DeliveryState
 from testproject.demo.keys import ACTOR
 from testproject.demo.models import SignalLog
 from testproject.inbox_servers import Behaviour, InboxServer, RecordedRequest
-from tests.chaos import Workers, wait_until
+from tests.support.chaos import Workers, wait_until
 
-pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 NOTE_ID = "https://demo.example/notes/ordered"
 KEY = NOTE_ID

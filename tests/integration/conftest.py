@@ -1,0 +1,119 @@
+"""Integration fixtures: real Redis, Celery worker processes, a private broker for chaos.
+
+Every test here is marked ``integration`` and needs ``REDIS_URL`` (``scripts/test``
+starts Redis and PostgreSQL and exports it with ``DATABASE_URL``).  Tests that
+use a worker process mark themselves ``django_db(transaction=True)`` so that the
+worker sees their rows.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.support.workers import Worker, WorkerFactory
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    ours = [item for item in items if HERE in item.path.parents]
+    if ours and not os.environ.get("REDIS_URL"):
+        raise pytest.UsageError(
+            "tests/integration needs REDIS_URL: run scripts/test, or only tests/unit"
+        )
+    for item in ours:
+        item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The Redis the tests use (``scripts/test`` starts it)."""
+    return os.environ["REDIS_URL"]
+
+
+@pytest.fixture(autouse=True)
+def _clean_redis_state(redis_url: str) -> None:
+    """Forget breakers and remembered schemes in Redis between tests."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    try:
+        for pattern in ("outbox:breaker:*", "*django_outbox:scheme:*"):
+            keys = list(client.scan_iter(pattern, count=1000))
+            if keys:
+                client.delete(*keys)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def workers(django_db_setup: None) -> Iterator[WorkerFactory]:
+    """Every worker process of the session, on the test database; all stopped at the end."""
+    factory = WorkerFactory()
+    try:
+        yield factory
+    finally:
+        factory.close()
+
+
+@pytest.fixture
+def worker(workers: WorkerFactory) -> Worker:
+    """The shared worker with the test settings, running."""
+    return workers.shared()
+
+
+@pytest.fixture
+def make_worker(workers: WorkerFactory) -> Iterator[Callable[..., Worker]]:
+    """``make_worker(concurrency=2, **settings)`` starts a worker of the test's own.
+
+    The shared worker is stopped first, so that the test's workers alone take the
+    queues; the next test that asks for ``worker`` starts it again.  The test's
+    workers are stopped at teardown.
+    """
+    workers.stop_shared()
+    mine: list[Worker] = []
+
+    def make(concurrency: int = 2, **extra: Any) -> Worker:
+        worker = workers.start(extra, concurrency)
+        mine.append(worker)
+        return worker
+
+    try:
+        yield make
+    finally:
+        for worker in mine:
+            worker.stop()
+
+
+@pytest.fixture(scope="session")
+def chaos_broker(django_db_setup: None) -> Iterator[Any]:
+    """A private ``redis-server`` that the chaos tests may flush, stop and restart."""
+    from tests.support.chaos import RedisServer
+
+    server = RedisServer(Path(settings.RUN_DIR) / f"chaos-redis-{os.getpid()}").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def chaos_workers(chaos_broker: Any) -> Iterator[Any]:
+    """Chaos workers on the private broker, which this process publishes to meanwhile."""
+    from django.test import override_settings
+
+    from tests.support.chaos import IN_PROCESS_SETTINGS, Workers, publishing_to
+
+    if chaos_broker.process is None:
+        chaos_broker.start()
+    chaos_broker.client().flushall()
+    workers = Workers(chaos_broker.url)
+    with override_settings(**IN_PROCESS_SETTINGS), publishing_to(chaos_broker.url):
+        try:
+            yield workers
+        finally:
+            workers.close()

@@ -1,0 +1,160 @@
+"""What every breaker store must do: the seed's state machine, and more.
+
+:class:`BreakerStoreContract` holds the tests; each store's test module
+subclasses it with a ``store`` fixture (the memory store in ``tests/unit``,
+the Redis store in ``tests/integration``).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+from django_outbox.breakers import BreakerPolicy, BreakerStore
+from django_outbox.breakers.policy import BUSY_WAIT
+from tests.support.breaker_helpers import COOLED, KEY, POLICY, concurrently, open_breaker, send_one
+
+
+class BreakerStoreContract:
+    """Tests for any :class:`BreakerStore`; a subclass provides the ``store`` fixture."""
+
+    # The four scenarios of the seed.
+
+    def test_a_success_while_closed_starts_the_count_again(self, store: BreakerStore) -> None:
+        send_one(store, failed=True)
+        send_one(store, failed=False)
+        send_one(store, failed=True)
+        last = store.admit(KEY, POLICY)
+        assert last.kind == "pass"
+        store.record(KEY, POLICY, failed=True, admission=last)
+        held = store.admit(KEY, POLICY)
+        assert held.kind == "held"
+        assert held.why == "open"
+        assert 0 < held.retry_in <= POLICY.cool_off
+
+    def test_a_success_sent_before_it_opened_does_not_close_it(self, store: BreakerStore) -> None:
+        early = [store.admit(KEY, POLICY), store.admit(KEY, POLICY)]
+        assert [admission.kind for admission in early] == ["pass", "pass"]
+        open_breaker(store)
+        store.record(KEY, POLICY, failed=False, admission=early[0])
+        assert store.admit(KEY, POLICY).kind == "held"
+        time.sleep(COOLED)
+        # Nor does one that answers while it is half-open.
+        probe = store.admit(KEY, POLICY)
+        assert probe.kind == "probe"
+        store.record(KEY, POLICY, failed=False, admission=early[1])
+        assert store.admit(KEY, POLICY).kind == "held"
+
+    def test_after_the_cool_off_one_probe_at_a_time_is_let_through(
+        self, store: BreakerStore
+    ) -> None:
+        open_breaker(store)
+        time.sleep(COOLED)
+        first = store.admit(KEY, POLICY)
+        assert first.kind == "probe"
+        assert store.admit(KEY, POLICY).kind == "held", "the others wait for the probe"
+        # A failed probe opens it for another cool-off.
+        store.record(KEY, POLICY, failed=True, admission=first)
+        reopened = store.admit(KEY, POLICY)
+        assert reopened.kind == "held"
+        assert reopened.retry_in > POLICY.cool_off / 2
+        time.sleep(COOLED)
+        second = store.admit(KEY, POLICY)
+        assert second.kind == "probe"
+        assert second.token != first.token
+        # A successful one closes it, and the count starts from nought.
+        store.record(KEY, POLICY, failed=False, admission=second)
+        send_one(store, failed=True)
+        send_one(store, failed=True)
+        assert store.admit(KEY, POLICY).kind == "held"
+
+    def test_a_probe_that_never_reports_back_is_given_up_after_the_cool_off(
+        self, store: BreakerStore
+    ) -> None:
+        open_breaker(store)
+        time.sleep(COOLED)
+        assert store.admit(KEY, POLICY).kind == "probe"
+        assert store.admit(KEY, POLICY).kind == "held"
+        time.sleep(COOLED)
+        assert store.admit(KEY, POLICY).kind == "probe"
+
+    # Beyond the seed.
+
+    def test_half_open_resets_the_count(self, store: BreakerStore) -> None:
+        open_breaker(store)
+        time.sleep(COOLED)
+        assert store.admit(KEY, POLICY).kind == "probe"
+        [state] = store.states()
+        assert state.failures == 0
+        assert state.probing
+
+    def test_concurrent_admits_get_one_probe(self, store: BreakerStore) -> None:
+        # A cool-off long enough that the probe cannot expire while 16 threads on a
+        # busy machine are still asking (an expired probe rightly lets another through).
+        policy = BreakerPolicy(threshold=2, cool_off=0.5)
+        for _ in range(policy.threshold):
+            store.record(KEY, policy, failed=True, admission=None)
+        time.sleep(policy.cool_off + 0.03)
+        kinds = concurrently(16, lambda: store.admit(KEY, policy).kind)
+        assert sorted(kinds) == ["held"] * 15 + ["probe"]
+
+    def test_a_silent_destination_gets_at_most_threshold_requests(
+        self, store: BreakerStore
+    ) -> None:
+        policy = BreakerPolicy(threshold=3, cool_off=60, answer_within=60)
+        answers = [store.admit(KEY, policy) for _ in range(10)]
+        sent = [answer for answer in answers if answer.kind == "pass"]
+        assert len(sent) == policy.threshold, "no more than the threshold await an answer"
+        busy = answers[policy.threshold]
+        assert (busy.kind, busy.why) == ("held", "busy")
+        assert busy.retry_in == BUSY_WAIT, "nothing failed yet: look again soon"
+        for admission in sent:
+            store.record(KEY, policy, failed=True, admission=admission)
+        assert store.admit(KEY, policy).why == "open"
+
+    def test_while_failing_a_busy_destination_holds_until_an_answer_is_given_up(
+        self, store: BreakerStore
+    ) -> None:
+        policy = BreakerPolicy(threshold=2, cool_off=60, answer_within=30)
+        send_one(store, failed=True, policy=policy)
+        assert store.admit(KEY, policy).kind == "pass"
+        busy = store.admit(KEY, policy)
+        assert (busy.kind, busy.why) == ("held", "busy")
+        assert 25 < busy.retry_in <= 30, "only a lapse frees a place (a success is unlikely)"
+
+    def test_an_answer_that_never_comes_stops_counting(self, store: BreakerStore) -> None:
+        policy = BreakerPolicy(threshold=2, cool_off=60, answer_within=0.1)
+        assert [store.admit(KEY, policy).kind for _ in range(3)] == ["pass", "pass", "held"]
+        time.sleep(0.15)
+        assert store.admit(KEY, policy).kind == "pass"
+
+    def test_concurrent_admits_let_threshold_through(self, store: BreakerStore) -> None:
+        policy = BreakerPolicy(threshold=5, cool_off=60, answer_within=60)
+        kinds = concurrently(16, lambda: store.admit(KEY, policy).kind)
+        assert sorted(kinds) == ["held"] * 11 + ["pass"] * 5
+
+    def test_states_list_open_breakers_and_reset_closes_one(self, store: BreakerStore) -> None:
+        before = datetime.now(UTC)
+        open_breaker(store, "host:a.example")
+        open_breaker(store, "host:b.example")
+        store.record("host:c.example", POLICY, failed=True, admission=None)  # closed: not listed
+        states = {state.key: state for state in store.states()}
+        assert set(states) == {"host:a.example", "host:b.example"}
+        a = states["host:a.example"]
+        assert a.failures == POLICY.threshold
+        assert not a.probing
+        slack = timedelta(milliseconds=50)  # Redis's clock against ours
+        assert (
+            before - slack < a.open_until <= datetime.now(UTC) + timedelta(seconds=POLICY.cool_off)
+        )
+        assert len(store.states(limit=1)) == 1
+        time.sleep(COOLED)
+        assert store.admit("host:a.example", POLICY).kind == "probe"
+        a = {state.key: state for state in store.states()}["host:a.example"]
+        assert a.probing
+        assert a.open_until < datetime.now(UTC), "half-open"
+        store.reset("host:a.example")
+        assert store.admit("host:a.example", POLICY).kind == "pass"
+        assert [state.key for state in store.states()] == ["host:b.example"]
+        store.reset("host:never.example")  # nothing to reset: no error, nothing changed
+        assert [state.key for state in store.states()] == ["host:b.example"]

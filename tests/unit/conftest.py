@@ -1,0 +1,64 @@
+"""Unit fixtures: no broker (publishing is recorded), in-memory caches, an in-process worker.
+
+Nothing here connects to Redis or PostgreSQL: ``scripts/test`` runs these tests
+before it starts either, with neither ``REDIS_URL`` nor ``DATABASE_URL`` set.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from django.core.cache import caches
+from django.core.cache.backends.locmem import LocMemCache
+from django.db import connections
+
+from django_outbox.store.transitions import OutcomePlan
+from django_outbox.worker import recorder
+from django_outbox.worker.process import stop_this_process
+from tests.support.broker import RecordingApp
+
+
+@pytest.fixture
+def broker(monkeypatch: pytest.MonkeyPatch) -> RecordingApp:
+    """What the package publishes during the test, recorded instead of sent."""
+    app = RecordingApp()
+    monkeypatch.setattr("django_outbox.dispatch.current_app", app)
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _no_broker(broker: RecordingApp) -> None:
+    """Every unit test publishes to the recorder, never to a real broker."""
+
+
+@pytest.fixture(autouse=True)
+def _empty_local_caches() -> None:
+    """In-memory caches (remembered signing schemes) start empty in each test."""
+    for cache in caches.all(initialized_only=True):
+        if isinstance(cache, LocMemCache):
+            cache.clear()
+
+
+@pytest.fixture
+def worker_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A fresh in-process worker (engine, recorder, transport) for ``run_deliveries``.
+
+    The test creates it on first use; it is stopped at teardown, so that no engine
+    or recorder thread outlives the test.  The recorder thread closes its database
+    connection after each batch, so that none is left open on the test database.
+    """
+    save_and_publish = recorder.publish_effects
+
+    def publish_then_close(plan: OutcomePlan) -> None:
+        try:
+            save_and_publish(plan)
+        finally:
+            connections.close_all()  # the recorder thread's own
+
+    monkeypatch.setattr(recorder, "publish_effects", publish_then_close)
+    stop_this_process(timeout=1)
+    try:
+        yield
+    finally:
+        stop_this_process(timeout=5)
