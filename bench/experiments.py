@@ -1,11 +1,10 @@
 """What-if experiments (``run.py --only experiments``; not in the default full run).
 
-Each variant removes or changes one piece of the worker (settings, or a switch of
-``bench.whatif`` loaded into the worker) and measures how fast a worker drains 20,000
+Each variant changes one setting of the worker and measures how fast a worker drains 20,000
 pre-queued deliveries to 200 instant hosts, signed with Ed25519 so that the package's
 own overhead, not RSA, dominates.  Reported per variant: deliveries/s, worker CPU per
-delivery, and that CPU split by thread (engine threads, recorder, Celery's main
-thread), from ``/proc/<pid>/task`` and thread names given by ``py-spy dump``.
+delivery, and that CPU split by thread (the engine's event loop, the recorder, Celery's
+main thread), from ``/proc/<pid>/task`` and thread names given by ``py-spy dump``.
 The figures size the recommendations in ``docs/benchmarks.md``.
 """
 
@@ -36,16 +35,11 @@ from bench.common import (
 
 ED_ACTOR = "https://demo.example/users/edna"
 HOSTS = 200
-VARIANTS: list[tuple[str, dict[str, Any], str]] = [
-    ("as shipped", {}, ""),
-    ("breakers off (OUTBOX_BREAKER_THRESHOLD=0)", {"OUTBOX_BREAKER_THRESHOLD": 0}, ""),
-    ("no transport watchdog", {}, "no-watchdog"),
-    ("OUTBOX_CONCURRENCY=16", {"OUTBOX_CONCURRENCY": 16}, ""),
-    (
-        "breakers off + no watchdog",
-        {"OUTBOX_BREAKER_THRESHOLD": 0},
-        "no-watchdog",
-    ),
+VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("as shipped", {}),
+    ("breakers off (OUTBOX_BREAKER_THRESHOLD=0)", {"OUTBOX_BREAKER_THRESHOLD": 0}),
+    ("OUTBOX_CONCURRENCY=64", {"OUTBOX_CONCURRENCY": 64}),
+    ("OUTBOX_CONCURRENCY=16", {"OUTBOX_CONCURRENCY": 16}),
 ]
 
 
@@ -69,7 +63,7 @@ def thread_cpu(pids: list[int]) -> dict[str, float]:
     return dict(groups)
 
 
-def one(env: Env, farm: Farm, per_host: int, settings: dict[str, Any], switches: str) -> dict:
+def one(env: Env, farm: Farm, per_host: int, settings: dict[str, Any]) -> dict:
     """Drain ``per_host`` x 200 pre-queued deliveries with one variant of the worker."""
     from django_outbox import outbox
     from django_outbox.fanout import expand
@@ -80,8 +74,7 @@ def one(env: Env, farm: Farm, per_host: int, settings: dict[str, Any], switches:
     expand(message.pk)
     total = per_host * HOSTS
     busy = wait_quiet()
-    extra = {"BENCH_WHATIF": switches}
-    with Worker(env, settings, imports=["bench.whatif"], extra_env=extra) as worker:
+    with Worker(env, settings) as worker:
         t0, (b0, all0) = time.time(), machine_busy()
         result = wait_settled(total, 300)
         b1, all1 = machine_busy()
@@ -106,14 +99,14 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
     per_host = 20 if quick else 100
     out: dict[str, Any] = {"deliveries": per_host * HOSTS, "variants": {}}
     with Farm(env, HOSTS) as farm:
-        for i, (label, settings, switches) in enumerate(VARIANTS):
-            runs = [one(env, farm, per_host, settings, switches) for _ in range(2 if i == 0 else 1)]
+        for i, (label, settings) in enumerate(VARIANTS):
+            runs = [one(env, farm, per_host, settings) for _ in range(2 if i == 0 else 1)]
             for figures in runs:
                 log(
                     f"{label}: {figures['rate']:.0f}/s, worker "
                     f"{figures['worker_cpu_ms_per_delivery']:.2f} ms CPU/delivery "
                     f"{ {k: round(v, 2) for k, v in figures['threads_ms_per_delivery'].items()} }"
                 )
-            out["variants"][label] = {"settings": settings, "switches": switches, "runs": runs}
+            out["variants"][label] = {"settings": settings, "runs": runs}
     reset_state(env)
     return out

@@ -1,19 +1,18 @@
 """CPU per POST of the package's transport, next to bare clients, on loopback.
 
-``python -m bench.transport_cost [--posts N] [--threads T] [--repeats R] [--against REV]``
+``python -m bench.transport_cost [--posts N] [--threads T] [--repeats R]``
 
 Starts ``python -m testproject.inbox_servers`` out of process (hosts answering 202 at
 once on 127.0.0.2...), then, in this process, POSTs a 1.2 KB body with signed-looking
-headers to them with each client in turn, single-threaded and with ``T`` threads
-(each thread on hosts of its own, so that no host sees more than one request at a
-time).  Per client and mode it prints the medians over ``R`` repeats of the process
-CPU time per POST (``time.process_time``: every thread, the transport's watchdog
-included) and of the rate.  The clients, interleaved within each repeat:
+headers to them with each client in turn, one at a time and ``T`` at once (each of
+the ``T`` on hosts of its own, so that no host sees more than one request at a time).
+Per client and mode it prints the medians over ``R`` repeats of the process CPU time
+per POST (``time.process_time``: every thread) and of the rate.  The clients,
+interleaved within each repeat:
 
-* ``Transport``: the package's transport as in the working tree;
-* ``Transport@REV`` with ``--against REV``: the transport modules as committed at
-  ``REV`` (``transport.py`` and ``_transport*.py``, loaded under another name);
-* ``urllib3 pool``: a bare urllib3 connection pool per host (no watchdog, no cap);
+* ``Transport``: the package's transport, ``T`` coroutines on one event loop, as in
+  a worker process;
+* ``urllib3 pool``: a bare urllib3 connection pool per host, ``T`` threads;
 * ``http.client``: one keep-alive connection per host and thread (the bare loop's).
 
 Loopback only, bounded loops; no database or Redis needed.
@@ -22,22 +21,17 @@ Loopback only, bounded loops; no database or Redis needed.
 from __future__ import annotations
 
 import argparse
-import atexit
+import asyncio
 import contextlib
 import http.client
-import importlib
 import json
-import re
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,19 +50,6 @@ def signed_headers(url: str) -> dict[str, str]:
         "Signature": 'keyId="https://demo.example/users/alice#main-key",algorithm="rsa-sha256",'
         'headers="(request-target) host date digest content-type",signature="' + "B" * 344 + '"',
     }
-
-
-def transport_client(transport_class: Any) -> Callable[[], Post]:
-    """One transport shared by all threads, as in a worker process."""
-    transport = transport_class(user_agent="bench/1", allowed_networks=["127.0.0.0/8"])
-
-    def factory() -> Post:
-        def post(url: str, headers: dict[str, str]) -> int:
-            return int(transport.post(url, headers, BODY).status)
-
-        return post
-
-    return factory
 
 
 def urllib3_client() -> Callable[[], Post]:
@@ -110,31 +91,35 @@ def http_client_client() -> Callable[[], Post]:
     return factory
 
 
-def transport_at(rev: str) -> Any:
-    """The ``Transport`` class of the transport modules committed at ``rev``."""
-    package = "_transport_" + re.sub(r"\W", "_", rev)
-    scratch = tempfile.mkdtemp(prefix="transport-cost-")
-    atexit.register(shutil.rmtree, scratch, True)
-    where = Path(scratch) / package
-    where.mkdir()
-    (where / "__init__.py").write_text("")
-    names = subprocess.run(
-        ["git", "ls-tree", "--name-only", rev, "django_outbox/"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    for name in names:
-        base = name.rsplit("/", 1)[-1]
-        if base == "transport.py" or (base.startswith("_transport") and base.endswith(".py")):
-            text = subprocess.run(
-                ["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True, capture_output=True
-            ).stdout.decode()
-            text = re.sub(r"django_outbox\.(_?transport\w*)", package + r".\1", text)
-            (where / base).write_text(text)
-    sys.path.insert(0, str(where.parent))
-    return importlib.import_module(f"{package}.transport").Transport
+def run_transport(urls: list[str], posts: int, at_once: int) -> tuple[float, float]:
+    """``posts`` POSTs by the package's transport, ``at_once`` coroutines on one loop."""
+    from django_outbox.transport import Transport
+
+    per_task = posts // at_once
+    headers = {url: signed_headers(url) for url in urls}
+    mine = [urls[t::at_once] for t in range(at_once)]
+    transport = Transport(user_agent="bench/1", allowed_networks=["127.0.0.0/8"])
+
+    async def task(targets: list[str], count: int) -> None:
+        for i in range(count):
+            url = targets[i % len(targets)]
+            if (await transport.post(url, headers[url], BODY)).status != 202:
+                raise RuntimeError(f"unexpected status from {url}")
+
+    async def everything(count: int) -> None:
+        await asyncio.gather(*(task(targets, count) for targets in mine))
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(everything(1))  # connections opened outside the measure
+        cpu, wall = time.process_time(), time.perf_counter()
+        loop.run_until_complete(everything(per_task))
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    finally:
+        transport.close()
+        loop.close()
+    done = per_task * at_once
+    return cpu / done, done / wall
 
 
 def run_once(
@@ -185,22 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--hosts", type=int, default=64)
-    parser.add_argument("--against", metavar="REV", help="also time the transport at REV")
     parser.add_argument("--only", help="comma-separated client names to time")
     options = parser.parse_args(argv)
     if options.hosts < options.threads:
         parser.error("--hosts must be at least --threads (one thread per host at a time)")
     sys.path.insert(0, str(ROOT))
-    from django_outbox.transport import Transport
-
-    clients: dict[str, Callable[[], Callable[[], Post]]] = {
-        "Transport": lambda: transport_client(Transport)
+    clients: dict[str, Callable[[], Callable[[], Post]] | None] = {
+        "Transport": None,  # not threads: see run_transport
+        "urllib3 pool": urllib3_client,
+        "http.client": http_client_client,
     }
-    if options.against:
-        old = transport_at(options.against)
-        clients[f"Transport@{options.against}"] = lambda: transport_client(old)
-    clients["urllib3 pool"] = urllib3_client
-    clients["http.client"] = http_client_client
     if options.only:
         wanted = options.only.split(",")
         clients = {name: make for name, make in clients.items() if name in wanted}
@@ -214,13 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         assert server.stdout is not None
         urls = json.loads(server.stdout.readline())["urls"]
-        modes = {"1 thread": 1, f"{options.threads} threads": options.threads}
-        factories = {name: make() for name, make in clients.items()}
+        modes = {"1 at a time": 1, f"{options.threads} at once": options.threads}
+        factories = {name: make() if make else None for name, make in clients.items()}
         figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for repeat in range(options.repeats):
             for mode, threads in modes.items():
                 for name, factory in factories.items():
-                    figure = run_once(factory, urls, options.posts, threads)
+                    if factory is None:
+                        figure = run_transport(urls, options.posts, threads)
+                    else:
+                        figure = run_once(factory, urls, options.posts, threads)
                     figures.setdefault((name, mode), []).append(figure)
             print(f"repeat {repeat + 1}/{options.repeats} done", file=sys.stderr, flush=True)
     finally:

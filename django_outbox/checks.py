@@ -17,7 +17,7 @@ _POSITIVE = (
     "CHUNK_SIZE",
     "MAX_ATTEMPTS",
     "CONCURRENCY",
-    "MAX_THREADS",
+    "MAX_IN_FLIGHT",
     "PER_HOST",
     "LEASE_SECONDS",
     "TOTAL_TIMEOUT",
@@ -64,6 +64,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 "plus 10 s.",
                 hint="A slow inbox can outlast the lease, and the delivery is then sent twice.",
                 id="django_outbox.W003",
+            )
+        )
+    if hasattr(settings, "OUTBOX_MAX_THREADS"):
+        errors.append(
+            Warning(
+                "OUTBOX_MAX_THREADS is no longer read: deliveries wait on an event loop, "
+                "not in threads.",
+                hint="Set OUTBOX_MAX_IN_FLIGHT (deliveries in flight at most, slow ones "
+                "included) instead.",
+                id="django_outbox.W004",
             )
         )
     engine = str(settings.DATABASES.get("default", {}).get("ENGINE", ""))

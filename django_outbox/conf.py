@@ -224,13 +224,13 @@ class Settings:
     @property
     def CONCURRENCY(self) -> int:
         """Deliveries in flight at once in one worker process."""
-        return int(_get("OUTBOX_CONCURRENCY", 64))
+        return int(_get("OUTBOX_CONCURRENCY", 256))
 
     @property
-    def MAX_THREADS(self) -> int:
-        """Sending threads in one worker process at most, counting those held by
-        requests slower than two seconds, which stop counting against the concurrency."""
-        return int(_get("OUTBOX_MAX_THREADS", 4 * self.CONCURRENCY))
+    def MAX_IN_FLIGHT(self) -> int:
+        """Deliveries in flight in one worker process at most, counting those slower than
+        two seconds, which stop counting against the concurrency."""
+        return int(_get("OUTBOX_MAX_IN_FLIGHT", 4 * self.CONCURRENCY))
 
     @property
     def PER_HOST(self) -> int:

@@ -104,6 +104,17 @@ class MemoryBreakerStore:
             while len(self._breakers) > self._max_keys:
                 self._breakers.popitem(last=False)
 
+    def admit_now(self, key: str, policy: BreakerPolicy) -> Admission:
+        """See :meth:`BreakerStore.admit_now`: memory needs no I/O."""
+        return self.admit(key, policy)
+
+    def record_now(
+        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
+    ) -> bool:
+        """See :meth:`BreakerStore.record_now`: memory needs no I/O."""
+        self.record(key, policy, failed=failed, admission=admission)
+        return True
+
     def states(self, limit: int = 500) -> list[BreakerState]:
         """See :meth:`BreakerStore.states`."""
         with self._lock:

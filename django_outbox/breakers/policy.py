@@ -116,6 +116,18 @@ class BreakerStore(Protocol):
         """
         ...
 
+    def admit_now(self, key: str, policy: BreakerPolicy) -> Admission | None:
+        """:meth:`admit`'s answer when it needs no I/O; ``None``: call :meth:`admit`
+        where blocking is allowed (off the event loop)."""
+        ...
+
+    def record_now(
+        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
+    ) -> bool:
+        """:meth:`record` when it needs no I/O, returning True; False: call
+        :meth:`record` where blocking is allowed."""
+        ...
+
     def states(self, limit: int = 500) -> list[BreakerState]:
         """Up to ``limit`` open and half-open breakers, latest ``open_until`` first."""
         ...

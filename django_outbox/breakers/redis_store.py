@@ -211,6 +211,17 @@ class RedisBreakerStore:
         if reply == 2:
             self._trust(key)
 
+    def admit_now(self, key: str, policy: BreakerPolicy) -> Admission | None:
+        """See :meth:`BreakerStore.admit_now`: ``pass`` for a trusted destination."""
+        return PASS if self._trusted.get(key, 0.0) > time.monotonic() else None
+
+    def record_now(
+        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
+    ) -> bool:
+        """See :meth:`BreakerStore.record_now`: a trusted destination's success is news
+        to nobody."""
+        return not failed and (admission is None or admission.token is None)
+
     def states(self, limit: int = 500) -> list[BreakerState]:
         """See :meth:`BreakerStore.states` (keys found by ``SCAN``); may raise Unavailable."""
         try:

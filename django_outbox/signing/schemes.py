@@ -29,13 +29,22 @@ def _cache_key(origin: str) -> str:
     return f"django_outbox:scheme:{origin}"
 
 
-def remembered(origin: str) -> Scheme | None:
-    """The scheme ``origin`` last accepted, if any is known."""
-    now = time.monotonic()
+def remembered_here(origin: str) -> tuple[bool, Scheme | None]:
+    """``(True, scheme)`` when this process's copy knows what ``origin`` accepted
+    (``None``: nothing yet), ``(False, None)`` when the shared cache must be asked."""
     with _lock:
         entry = _local.get(origin)
-    if entry is not None and entry[1] > now:
-        return entry[0]
+    if entry is not None and entry[1] > time.monotonic():
+        return True, entry[0]
+    return False, None
+
+
+def remembered(origin: str) -> Scheme | None:
+    """The scheme ``origin`` last accepted, if any is known (may ask the shared cache)."""
+    known, scheme = remembered_here(origin)
+    if known:
+        return scheme
+    now = time.monotonic()
     value = caches[conf.SCHEME_CACHE].get(_cache_key(origin))
     scheme = Scheme(value) if value in {s.value for s in Scheme} else None
     with _lock:
@@ -45,12 +54,18 @@ def remembered(origin: str) -> Scheme | None:
     return scheme
 
 
-def remember(origin: str, scheme: Scheme) -> None:
-    """Record that ``origin`` accepted ``scheme``."""
+def remember_here(origin: str, scheme: Scheme) -> bool:
+    """Note in this process that ``origin`` accepted ``scheme``; True if that is news
+    the shared cache should hear (:func:`remember`)."""
     with _lock:
         entry = _local.get(origin)
         _local[origin] = (scheme, time.monotonic() + _LOCAL_TTL)
-    if entry is None or entry[0] != scheme:
+    return entry is None or entry[0] != scheme
+
+
+def remember(origin: str, scheme: Scheme) -> None:
+    """Record that ``origin`` accepted ``scheme``, here and in the shared cache."""
+    if remember_here(origin, scheme):
         caches[conf.SCHEME_CACHE].set(_cache_key(origin), scheme.value, _SHARED_TTL)
 
 

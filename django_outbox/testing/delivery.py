@@ -13,6 +13,7 @@ ordering key goes in the next round.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection
 from typing import cast
 
@@ -30,7 +31,7 @@ from django_outbox.store.claimed import ClaimedRow, load_messages, new_token
 from django_outbox.store.transitions import claim, release
 from django_outbox.testing.inbox import FakeTransport
 from django_outbox.transport import Transport
-from django_outbox.worker.attempt import perform
+from django_outbox.worker.attempt import Job, perform
 from django_outbox.worker.process import prepare_jobs
 from django_outbox.worker.recorder import apply_outcomes, publish_effects
 
@@ -80,6 +81,18 @@ def deliver_messages(
     raise DeliveryLoop(f"deliveries were still due after {MAX_ROUNDS} rounds")
 
 
+async def _perform_each(
+    jobs: list[Job],
+    transport: Transport,
+    breakers: BreakerStore,
+    policy: BreakerPolicy | None,
+    outcomes: list[Outcome],
+) -> None:
+    """Make the attempts one after another, in order, as the engine's loop would."""
+    for job in jobs:
+        outcomes.append(await perform(job, transport, breakers, policy))
+
+
 def _round(
     claimed: list[ClaimedRow],
     transport: Transport,
@@ -91,8 +104,7 @@ def _round(
     messages = load_messages({row.message_id for row in claimed})
     jobs = prepare_jobs(claimed, messages, conf.KEY_RESOLVER, outcomes.append)
     try:
-        for job in jobs:
-            outcomes.append(perform(job, transport, breakers, policy))
+        asyncio.run(_perform_each(jobs, transport, breakers, policy, outcomes))
     finally:
         done = {outcome.row.id for outcome in outcomes}
         unsent = [row for row in claimed if row.id not in done]

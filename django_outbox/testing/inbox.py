@@ -101,7 +101,7 @@ class FakeTransport:
         self.user_agent = conf.USER_AGENT
         self._route = route
 
-    def post(self, url: str, headers: Mapping[str, str], body: bytes) -> Response:
+    async def post(self, url: str, headers: Mapping[str, str], body: bytes) -> Response:
         """Give the request to its handler and return its answer as a :class:`Response`."""
         sent: CaseInsensitiveDict[str] = CaseInsensitiveDict({"User-Agent": self.user_agent})
         sent.update(headers)

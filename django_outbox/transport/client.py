@@ -1,71 +1,59 @@
-"""The HTTP client that POSTs signed bodies to remote inboxes.
+"""The HTTP client that POSTs signed bodies to remote inboxes, on an asyncio event loop.
 
-One :class:`Transport` serves every thread of a worker process.  Three properties
-matter more than convenience here:
+One :class:`Transport` serves one event loop: every request of a worker process runs
+as a coroutine on that loop, so hundreds wait for their answers at once without a
+thread each.  Three properties matter more than convenience here:
 
 * **It connects to the address it checked.**  The host is resolved and vetted by
-  :func:`~django_outbox.transport.addresses.resolve_checked`; the connection pool is then built
-  for that IP, while the ``Host`` header, TLS SNI and certificate check keep the real
-  host name.  Pools are keyed by (scheme, IP, port, host name), so two names served
-  from one IP never share a TLS identity.
-* **Nothing outlives the total time budget.**  A process-wide watchdog thread keeps
-  the deadlines of the requests in flight and shuts down the socket of any request
-  still running past its deadline, so a server trickling one byte per second cannot
-  hold a worker slot (per-read socket timeouts alone would let it); connect and TLS
-  handshake are bounded by socket timeouts cut to the remaining budget.  See
-  :mod:`django_outbox.transport.pool`.
-* **Bounded reads.**  At most ``max_response_bytes`` of a body are read; a longer
-  body is cut off by closing the connection instead of draining it.
+  :func:`~django_outbox.transport.addresses.resolve_checked`; the connection goes to
+  that IP, while the ``Host`` header, TLS SNI and certificate check keep the real host
+  name.  Idle connections are kept per (scheme, IP, port, host name), so two names
+  served from one IP never share a TLS identity.
+* **Nothing outlives the total time budget.**  Each request runs under a deadline of
+  ``total_timeout`` seconds (connect, TLS, send and the whole answer), connecting is
+  bounded by ``connect_timeout``, and a server quiet for ``read_timeout`` seconds in
+  the middle of its answer is cut off: a server trickling one byte a second holds a
+  request for the budget at most.
+* **Bounded reads.**  At most ``max_response_bytes`` of a body are read; a longer body
+  ends the connection instead of being drained.
 
-A shared, thread-safe ``requests`` adapter owns the urllib3 pools (they are locked).
-A request takes a connection from its pool and drives it itself: connect (TCP and
-TLS) if the pooled connection is closed, send, read the answer, and give the
-connection back only after a complete, uncut exchange.  Not on the path, for CPU:
-``Session`` (which also reads the *whole* body of a 3xx answer, uncapped, and looks
-proxies and settings up in the environment on every call), the adapter's ``send``
-and urllib3's ``urlopen`` (a retry object, a timeout object, URL parsing and a
-``requests.Response`` per call).  Proxies are never used: a proxy would connect to
-the host name, not to the checked address.
+Redirects are returned, not followed, and proxies are never used (a proxy would
+connect to the host name, not to the checked address).  Neither ``requests`` nor
+urllib3 is on this path: parsing an answer in place on the loop costs a fraction of
+their per-request objects (see ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations
 
-import errno
-import os
+import asyncio
+import ssl
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from functools import lru_cache
-from typing import Any
-from urllib.parse import urlsplit
 
-import requests
-from requests.models import PreparedRequest
-from urllib3.exceptions import ClosedPoolError
-from urllib3.response import HTTPResponse
-
+from django_outbox.exceptions import InvalidInbox
 from django_outbox.transport.addresses import (
     IPNetwork,
     Resolver,
     parse_networks,
     resolve_checked,
 )
+from django_outbox.transport.connection import HTTPConnection
 from django_outbox.transport.errors import (
-    LOW_LEVEL_ERRORS,
     ConnectFailed,
     ProtocolFailed,
-    Step,
     TimedOut,
     TLSFailed,
+    TransportError,
+    describe,
     out_of_time,
     short,
-    translate,
 )
-from django_outbox.transport.pool import PinningAdapter, shared_ssl_context, watchdog
+from django_outbox.transport.pool import ConnectionPools, Pin, shared_ssl_context
+from django_outbox.transport.target import Target, parse_target
 
-_READ_CHUNK = 64 * 1024
 _MAX_ADDRESSES_TRIED = 3
 _DNS_CACHE_SIZE = 4096
 
@@ -114,46 +102,15 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return max(0.0, (when - current).total_seconds())
 
 
-@dataclass(frozen=True)
-class _Target:
-    """The parts of an inbox URL the transport needs, computed once per URL."""
-
-    scheme: str
-    host: str
-    port: int
-    path: str
-    host_header: str
-
-
-@lru_cache(maxsize=4096)
-def _target(url: str) -> _Target:
-    """Normalise ``url`` the way requests would (IDNA, quoting) and split it."""
-    prepared = PreparedRequest()
-    prepared.prepare_url(url, None)
-    assert prepared.url is not None
-    parts = urlsplit(prepared.url)
-    scheme = parts.scheme.lower()
-    if scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url}")
-    port = parts.port or (443 if scheme == "https" else 80)
-    host = parts.hostname
-    shown = f"[{host}]" if ":" in host else host
-    default = port == (443 if scheme == "https" else 80)
-    host_header = shown if default else f"{shown}:{port}"
-    return _Target(scheme, host, port, prepared.path_url, host_header)
-
-
 class Transport:
-    """A thread-safe HTTP client for inbox deliveries; see the module docstring.
+    """An HTTP client for inbox deliveries on one event loop; see the module docstring.
 
     ``pool_per_host`` is how many idle keep-alive connections each (IP, port, host)
-    keeps; more concurrent requests to one host still proceed, on extra connections
-    closed after use, so keep the worker's per-host concurrency at or below it.
-    ``max_pools`` bounds how many hosts keep idle connections (least recently used
+    keeps; ``max_pools`` bounds how many such addresses keep any (least recently used
     go first).  ``allowed_networks`` takes networks or CIDR strings.  ``ca_bundle``
     replaces the system trust store, ``resolver`` replaces DNS (tests); the SSRF check
     applies to its answers all the same.  ``dns_ttl`` is how long checked addresses
-    are reused.
+    are reused.  Create it anywhere; use it from one event loop only.
     """
 
     def __init__(
@@ -184,63 +141,73 @@ class Transport:
         self._resolver = resolver
         self._dns_ttl = dns_ttl
         self._dns: dict[tuple[str, int], tuple[float, list[str]]] = {}
-        self._adapter_args = (shared_ssl_context(ca_bundle), max_pools, pool_per_host)
-        self._adapter = PinningAdapter(*self._adapter_args)
-        self._pid = os.getpid()
+        self._tls = shared_ssl_context(ca_bundle)
+        self._pools = ConnectionPools(pool_per_host, max_pools)
+        self._agent = _header_line("User-Agent", user_agent)
 
-    def post(self, url: str, headers: Mapping[str, str], body: bytes) -> Response:
+    async def post(self, url: str, headers: Mapping[str, str], body: bytes) -> Response:
         """POST ``body`` to ``url`` and return the answer, whatever its status.
 
-        Redirects are returned, not followed.  ``headers`` should carry the signed
-        ``Host``; it is added from the URL when missing.  Raises a
-        :class:`TransportError` subclass when no complete response arrived in time.
+        ``headers`` should carry the signed ``Host``; it is added from the URL when
+        missing.  Raises a :class:`TransportError` subclass when no complete answer
+        arrived in time.
         """
         started = time.monotonic()
-        deadline = started + self.total_timeout
         try:
-            target = _target(url)
-        except (ValueError, requests.RequestException) as exc:
-            raise ProtocolFailed(short(f"invalid URL {url}: {exc}")) from exc
-        ips = self._addresses(target.host, target.port)[:_MAX_ADDRESSES_TRIED]
-        # Lower-cased names, so that a caller's "host" replaces the default "Host".
-        named = {
-            "user-agent": ("User-Agent", self.user_agent),
-            "host": ("Host", target.host_header),
-        }
-        for name, value in headers.items():
-            named[name.lower()] = (name, value)
-        named["content-length"] = ("Content-Length", str(len(body)))
-        merged = dict(named.values())
-        for index, ip in enumerate(ips):
-            try:
-                status, resp_headers, data = self._attempt(target, ip, merged, body, deadline)
-            except (ConnectFailed, TimedOut) as exc:
-                # Another address only while nothing was sent: a POST must not go twice.
-                unsent = isinstance(exc, ConnectFailed) or exc.during_connect
-                last = index == len(ips) - 1 or time.monotonic() >= deadline
-                if last or isinstance(exc, TLSFailed) or not unsent:
-                    raise
-                continue
-            return Response(status, resp_headers, data, time.monotonic() - started)
+            target = parse_target(url)
+        except InvalidInbox as error:
+            raise ProtocolFailed(short(f"invalid URL: {error}")) from None
+        request = self._encode(target, headers, body)
+        try:
+            async with asyncio.timeout(self.total_timeout):
+                ips = (await self._addresses(target.host, target.port))[:_MAX_ADDRESSES_TRIED]
+                for index, ip in enumerate(ips):
+                    try:
+                        status, answer_headers, data = await self._attempt(target, ip, request)
+                    except (ConnectFailed, TimedOut) as error:
+                        # Another address only while nothing was sent: a POST must not go twice.
+                        unsent = isinstance(error, ConnectFailed) or error.during_connect
+                        last = index == len(ips) - 1
+                        if last or isinstance(error, TLSFailed) or not unsent:
+                            raise
+                        continue
+                    return Response(status, answer_headers, data, time.monotonic() - started)
+        except TimeoutError:
+            raise out_of_time(self.total_timeout) from None
         raise AssertionError("unreachable: resolve_checked returns at least one address")
 
     def close(self) -> None:
-        """Close the idle pooled connections (of all threads) and forget cached addresses.
-
-        Requests in flight finish normally and their connections are then closed; the
-        transport stays usable and opens new connections as needed.
-        """
+        """Close the idle connections and forget cached addresses; the transport stays usable."""
         self._dns.clear()
-        self._adapter.close()
+        self._pools.close()
 
-    def _addresses(self, host: str, port: int) -> list[str]:
+    def _encode(self, target: Target, headers: Mapping[str, str], body: bytes) -> bytes:
+        """The request head and body, as they go on the wire."""
+        lines = [f"POST {target.path} HTTP/1.1\r\n"]
+        given = {name.lower() for name in headers}
+        if "host" not in given:
+            lines.append(f"Host: {target.host_header}\r\n")
+        if "user-agent" not in given:
+            lines.append(self._agent)
+        lines += [_header_line(name, value) for name, value in headers.items()]
+        lines.append(f"Content-Length: {len(body)}\r\n\r\n")
+        try:
+            return "".join(lines).encode("ascii") + body
+        except UnicodeEncodeError:
+            raise ProtocolFailed("a request header is not ASCII") from None
+
+    async def _addresses(self, host: str, port: int) -> list[str]:
         """The checked addresses for ``host``, from a short cache (the check is cached too)."""
         now = time.monotonic()
         key = (host, port)
         hit = self._dns.get(key)
         if hit is not None and hit[0] > now:
             return hit[1]
-        ips = resolve_checked(host, port, self.allowed_networks, resolver=self._resolver)
+        loop = asyncio.get_running_loop()
+        ips = await loop.run_in_executor(
+            None,
+            lambda: resolve_checked(host, port, self.allowed_networks, resolver=self._resolver),
+        )
         if len(self._dns) >= _DNS_CACHE_SIZE:
             self._dns = {k: v for k, v in self._dns.items() if v[0] > now}
             if len(self._dns) >= _DNS_CACHE_SIZE:
@@ -248,91 +215,56 @@ class Transport:
         self._dns[key] = (now + self._dns_ttl, ips)
         return ips
 
-    def _adapter_for_process(self) -> PinningAdapter:
-        """The shared adapter; a forked child gets fresh pools, never the parent's sockets."""
-        if self._pid != os.getpid():
-            self._adapter = PinningAdapter(*self._adapter_args)
-            self._pid = os.getpid()
-        return self._adapter
-
-    def _attempt(
-        self, target: _Target, ip: str, headers: dict[str, str], body: bytes, deadline: float
+    async def _attempt(
+        self, target: Target, ip: str, request: bytes
     ) -> tuple[int, Mapping[str, str], bytes]:
-        """Send once to ``ip`` on a pooled connection; translate every failure.
-
-        The connection goes back to its pool only after a complete, uncut exchange,
-        and only once the watchdog has let go of it.
-        """
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise out_of_time(self.total_timeout)
+        """Send once to ``ip`` on an idle or new connection; give it back if still fit."""
+        pin: Pin = (target.scheme, ip, target.port, target.host)
         where = f"{target.host} ({ip})" if ip != target.host else ip
-        pin = (target.scheme, ip, target.port, target.host)
-        pool = self._adapter_for_process().pool_for(*pin)
-        keeper = watchdog()
-        entry = keeper.begin(deadline)
-        conn: Any = None
-        response: HTTPResponse | None = None
-        reuse = False
-        step: Step = "connect"
+        connection = self._pools.take(pin) or await self._connect(target, ip, where)
         try:
-            try:
-                conn = pool._get_conn()
-            except ClosedPoolError:  # close() ran meanwhile: take the pool's successor
-                pool = self._adapter_for_process().pool_for(*pin)
-                conn = pool._get_conn()
-            keeper.use(entry, conn)
-            conn.timeout = min(self.connect_timeout, remaining)
-            if conn.is_closed:
-                conn.connect()
-            step = "send"
-            _send(conn, target.path, headers, body)
-            step = "receive"
-            conn.timeout = min(self.read_timeout, max(0.001, deadline - time.monotonic()))
-            response = conn.getresponse()
-            data, complete = self._read_capped(response)
-            if entry.expired and response.length_remaining is None and not response.chunked:
-                # The watchdog's shutdown looks like the normal end of a close-delimited body.
-                raise out_of_time(self.total_timeout)
-            reuse = complete and not conn.is_closed
-            return response.status, response.headers, data
-        except LOW_LEVEL_ERRORS as exc:
-            timeouts = (self.connect_timeout, self.read_timeout, self.total_timeout)
-            raise translate(exc, step, where, expired=entry.expired, timeouts=timeouts) from exc
-        finally:
-            keeper.end(entry)
-            if conn is not None:
-                conn.outbox_entry = None
-                if not reuse or entry.expired:
-                    if response is not None:
-                        response.close()  # a "Connection: close" answer holds the socket
-                    conn.close()
-                pool._put_conn(conn)
-
-    def _read_capped(self, response: HTTPResponse) -> tuple[bytes, bool]:
-        """Read at most ``max_response_bytes``; True when the whole body was read."""
-        cap = self.max_response_bytes
-        chunks: list[bytes] = []
-        size = 0
-        while not response.closed:
-            chunk = response.read(min(_READ_CHUNK, cap + 1 - size), decode_content=False)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > cap:  # the rest is not drained: the connection will be closed
-                return b"".join(chunks)[:cap], False
-        return b"".join(chunks), response.closed
-
-
-def _send(conn: Any, path: str, headers: dict[str, str], body: bytes) -> None:
-    """Write the request; a server that hangs up early may still have answered."""
-    try:
-        conn.request(
-            "POST", path, body=body, headers=headers, preload_content=False, decode_content=False
-        )
-    except BrokenPipeError:
-        pass  # as urllib3: read whatever answer the server sent before closing
-    except OSError as exc:
-        if exc.errno not in (errno.EPROTOTYPE, errno.ECONNRESET):
+            answer = await connection.exchange(request)
+        except TransportError as error:
+            connection.close()
+            raise type(error)(short(f"{where}: {error}")) from None
+        except BaseException:
+            connection.close()  # cancelled (the budget ran out): the socket must not linger
             raise
+        if answer.complete:
+            self._pools.give_back(pin, connection)
+        else:
+            connection.close()
+        return answer.status, answer.headers, answer.body
+
+    async def _connect(self, target: Target, ip: str, where: str) -> HTTPConnection:
+        """A new connection to ``ip`` (TLS verified against the host name), in time."""
+        loop = asyncio.get_running_loop()
+        tls = target.scheme == "https"
+        connection = HTTPConnection(self.max_response_bytes, self.read_timeout)
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                await loop.create_connection(
+                    lambda: connection,
+                    ip,
+                    target.port,
+                    ssl=self._tls if tls else None,
+                    server_hostname=target.host if tls else None,
+                    ssl_handshake_timeout=self.connect_timeout if tls else None,
+                )
+        except TimeoutError:
+            connection.close()
+            error = TimedOut(f"connect to {where} timed out after {self.connect_timeout:g} s")
+            error.during_connect = True
+            raise error from None
+        except (ssl.SSLError, ssl.CertificateError) as failure:
+            raise TLSFailed(short(f"TLS failed with {where}: {describe(failure)}")) from None
+        except OSError as failure:
+            raise ConnectFailed(short(f"connect to {where} failed: {describe(failure)}")) from None
+        return connection
+
+
+def _header_line(name: str, value: str) -> str:
+    """``name: value`` and its line end, refusing what would split or smuggle a header."""
+    if any(c in name for c in ":\r\n\0 \t") or any(c in value for c in "\r\n\0"):
+        raise ProtocolFailed(f"header {name[:40]!r} cannot be sent as one line")
+    return f"{name}: {value}\r\n"

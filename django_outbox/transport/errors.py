@@ -1,27 +1,16 @@
-"""The transport's errors, and the translation of low-level failures into them.
+"""The transport's errors.
 
-A request attempt fails in one of three steps, which decides what the failure
-means: while *connecting* (TCP and TLS: nothing was sent, so another address may
-be tried), while *sending* the request, or while *receiving* the answer.
+A request fails while *connecting* (TCP and TLS: nothing was sent, so another
+address may be tried: :class:`ConnectFailed`, or :class:`TimedOut` with
+``during_connect``), or later, once the request may have reached the server.
 """
 
 from __future__ import annotations
 
+import os
 import ssl
-from http.client import HTTPException
-from typing import Literal
-
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError, ReadTimeoutError
-from urllib3.exceptions import HTTPError as Urllib3Error
-from urllib3.exceptions import SSLError as Urllib3SSLError
 
 from django_outbox.exceptions import OutboxError
-
-#: Where an attempt failed: see the module docstring.
-Step = Literal["connect", "send", "receive"]
-
-#: What an attempt may raise below the transport, to be translated.
-LOW_LEVEL_ERRORS = (OSError, HTTPException, Urllib3Error)
 
 _MESSAGE_LIMIT = 200
 
@@ -70,64 +59,12 @@ def out_of_time(total_timeout: float, *, during_connect: bool = False) -> TimedO
     return error
 
 
-def translate(
-    exc: BaseException,
-    step: Step,
-    where: str,
-    *,
-    expired: bool,
-    timeouts: tuple[float, float, float],
-) -> TransportError:
-    """Map a urllib3/http.client/socket failure of ``step`` onto the error classes.
-
-    ``where`` names the host and address for messages; ``expired`` says the watchdog
-    cut the request; ``timeouts`` are the transport's (connect, read, total) seconds.
-    """
-    if isinstance(exc, TransportError):
-        return exc
-    connect_timeout, read_timeout, total_timeout = timeouts
-    connecting = step == "connect"
-    if expired:
-        return out_of_time(total_timeout, during_connect=connecting)
-    reason = _root_cause(exc)
-    if connecting:
-        # Checked first: urllib3's NewConnectionError subclasses ConnectTimeoutError.
-        if isinstance(reason, NewConnectionError | ConnectionRefusedError):
-            return ConnectFailed(short(f"connect to {where} failed: {_describe(reason)}"))
-        if isinstance(reason, ConnectTimeoutError | TimeoutError):
-            error = TimedOut(f"connect to {where} timed out after {connect_timeout:g} s")
-            error.during_connect = True
-            return error
-    elif isinstance(reason, ReadTimeoutError | TimeoutError):
-        if step == "send":
-            return TimedOut(f"timed out sending to {where}")
-        return TimedOut(f"timed out waiting for {where}: {read_timeout:g} s without a byte")
-    if isinstance(reason, Urllib3SSLError | ssl.SSLError | ssl.CertificateError):
-        return TLSFailed(short(f"TLS failed with {where}: {_describe(reason)}"))
-    if connecting:
-        return ConnectFailed(short(f"connect to {where} failed: {_describe(reason)}"))
-    return ProtocolFailed(short(f"{where}: {_describe(reason)}"))
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """Unwrap urllib3's wrapper exceptions down to the informative one."""
-    for _ in range(8):
-        inner = getattr(exc, "reason", None)
-        if not isinstance(inner, BaseException):
-            nested = [arg for arg in exc.args if isinstance(arg, BaseException)]
-            inner = nested[-1] if nested else None
-        if inner is None or inner is exc:
-            break
-        exc = inner
-    return exc
-
-
-def _describe(exc: BaseException) -> str:
-    """A short human description of a low-level error."""
+def describe(exc: BaseException) -> str:
+    """A short human description of a low-level (socket, TLS) error."""
     if isinstance(exc, ssl.SSLCertVerificationError):
         return str(exc.verify_message or exc.reason or exc)
-    if isinstance(exc, NewConnectionError) and isinstance(exc.__cause__, OSError):
-        exc = exc.__cause__
+    if isinstance(exc, OSError) and exc.errno:
+        return os.strerror(exc.errno).lower()  # asyncio's own strerror names the address
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     text = str(exc) or type(exc).__name__

@@ -1,13 +1,14 @@
 """What one worker process keeps between tasks, and the task's half of sending.
 
 The first ``deliver`` task in a process starts its :class:`~django_outbox.worker.engine.Engine`
-threads, its recorder thread, its HTTP transport and its breaker store; they
-live until the process stops.  A task claims its rows, loads the message
-bodies (cached: they never change) and signing keys or webhook secrets
-(cached for a while), and hands the deliveries to the engine.  Secrets are
-resolved here, in the task's thread, because the sending threads never touch
-the database; they travel in the :class:`~django_outbox.worker.attempt.Job`,
-in memory, never in a Celery message or a row.
+(an event loop in a thread), its recorder thread, its HTTP transport and its
+breaker store; they live until the process stops.  A task claims its rows,
+loads the message bodies (cached: they never change) and signing keys or
+webhook secrets (cached for a while), and hands the deliveries to the engine.
+Secrets are resolved here, in the task's thread, because the sending coroutines
+never touch the database; they travel in the
+:class:`~django_outbox.worker.attempt.Job`, in memory, never in a Celery
+message or a row.
 """
 
 from __future__ import annotations
@@ -77,14 +78,14 @@ class WorkerProcess:
             urgent=lambda job: job.row.lane == Lane.PRIORITY,
             concurrency=conf.CONCURRENCY,
             per_host=conf.PER_HOST,
-            max_threads=conf.MAX_THREADS,
+            max_in_flight=conf.MAX_IN_FLIGHT,
         )
         self._messages: OrderedDict[int, MessageData] = OrderedDict()
         self._keys: dict[str, tuple[SenderKey | None, float]] = {}
         self._webhook_keys: dict[tuple[str, str], tuple[WebhookKeys | None, float]] = {}
         self._lock = threading.Lock()
 
-    def _send(self, job: Job) -> None:
+    async def _send(self, job: Job) -> None:
         if time.monotonic() > job.send_by:
             # It waited so long behind its host that its lease could lapse
             # while it is sent: give it back rather than risk a double send.
@@ -92,7 +93,7 @@ class WorkerProcess:
             self.recorder.put(job.outcome(AttemptResult.RELEASED, error=error))
             return
         try:
-            outcome = perform(job, self.transport, self.breakers, self.policy)
+            outcome = await perform(job, self.transport, self.breakers, self.policy)
         except Exception as error:
             logger.exception("delivery %s failed unexpectedly", job.row.id)
             outcome = job.outcome(AttemptResult.RETRY, error=f"internal: {error!r}")
@@ -302,7 +303,7 @@ def run_deliveries(ids: Sequence[int], *, wait: bool = True) -> tuple[list[int],
 def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
     """Submit ``jobs`` to the engine, taking urgent work while waiting for room."""
     engine = process.engine
-    refused = engine.submit([job for job in jobs if job.row.lane == Lane.PRIORITY], block=False)
+    refused = engine.submit([job for job in jobs if job.row.lane == Lane.PRIORITY])
     jobs = [job for job in jobs if job.row.lane != Lane.PRIORITY]
     give_up_waiting = time.monotonic() + _ROOM_WAIT_LIMIT
     while jobs:
@@ -312,10 +313,10 @@ def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
             )
             wait = False
         if wait and not engine.wait_for_room(_URGENT_POLL):
-            refused += engine.submit(_urgent_jobs(process), block=False)
+            refused += engine.submit(_urgent_jobs(process))
             continue
         fits = max(1, engine.room() if wait else len(jobs))
-        refused += engine.submit(jobs[:fits], block=False)
+        refused += engine.submit(jobs[:fits])
         jobs = jobs[fits:]
     give_back([job.row for job in refused])
 

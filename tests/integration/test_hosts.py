@@ -47,8 +47,8 @@ def test_a_401_for_a_sender_that_is_gone_is_refused_at_once(
     row = wait_for(lambda: Delivery.objects.filter(state="refused").first())
     assert (row.attempts, row.last_status) == (1, 401)
     assert "sender is gone" in row.last_error
-    outbox.send("https://demo.example/users/carol", NOTE, [inbox_server.url("/other")])
     inbox_server.behave("/other", Behaviour(statuses=(401,)))
+    outbox.send("https://demo.example/users/carol", NOTE, [inbox_server.url("/other")])
     retried = wait_for(
         lambda: Delivery.objects.filter(inbox__endswith="/other", attempts__gte=2).first()
     )

@@ -8,8 +8,8 @@ sending thread records it as a retry with an ``internal:`` error.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
 from hashlib import sha256
 from typing import Any
 
@@ -20,7 +20,7 @@ from django.utils import timezone
 from django_outbox.breakers import BreakerPolicy, MemoryBreakerStore
 from django_outbox.breakers.configured import configured_policy
 from django_outbox.models import Delivery, DeliveryState, Lane
-from django_outbox.outcomes import AttemptResult
+from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import Transport
 from django_outbox.worker.attempt import Job, perform
@@ -41,10 +41,8 @@ class NoBreakers:
 
 
 @pytest.fixture
-def transport() -> Iterator[Transport]:
-    made = Transport(user_agent="outbox-test/1", allowed_networks=["127.0.0.0/8"])
-    yield made
-    made.close()
+def transport() -> Transport:
+    return Transport(user_agent="outbox-test/1", allowed_networks=["127.0.0.0/8"])
 
 
 def jobs(inbox_server: InboxServer, count: int) -> list[Job]:
@@ -105,7 +103,15 @@ def test_a_failing_host_is_held_after_the_threshold_unless_breakers_are_off(
     with override_settings(OUTBOX_BREAKER_THRESHOLD=threshold):
         policy = configured_policy()
     breakers = store()
-    outcomes = [perform(job, transport, breakers, policy) for job in jobs(inbox_server, FAILING)]
+
+    async def attempt_each() -> list[Outcome]:
+        done = [
+            await perform(job, transport, breakers, policy) for job in jobs(inbox_server, FAILING)
+        ]
+        transport.close()
+        return done
+
+    outcomes = asyncio.run(attempt_each())
     held = FAILING - sent
     expected = [AttemptResult.RETRY] * sent + [AttemptResult.HELD] * held
     assert [o.result for o in outcomes] == expected

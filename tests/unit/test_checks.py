@@ -59,12 +59,13 @@ def test_the_test_project_is_clean() -> None:
         ({"OUTBOX_MAX_BODY_BYTES": "lots"}, ["E006"]),
         ({"OUTBOX_BREAKER_COOL_OFF": 0}, ["E006"]),
         ({"OUTBOX_TOTAL_TIMEOUT": 0}, ["E006"]),
-        # The thread maximum defaults to four times the concurrency: both are wrong.
+        # The in-flight maximum defaults to four times the concurrency: both are wrong.
         ({"OUTBOX_CONCURRENCY": 0}, ["E006", "E006"]),
         # A lease of nothing is shorter than two requests, too.
         ({"OUTBOX_LEASE_SECONDS": 0}, ["E006", "W003"]),
         ({"OUTBOX_LEASE_SECONDS": 30, "OUTBOX_TOTAL_TIMEOUT": 30}, ["W003"]),
         ({"OUTBOX_LEASE_SECONDS": 70, "OUTBOX_TOTAL_TIMEOUT": 30}, []),
+        ({"OUTBOX_MAX_THREADS": 256}, ["W004"]),
         (
             {
                 "OUTBOX_KEY_RESOLVER": None,

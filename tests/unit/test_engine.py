@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from dataclasses import dataclass, field
@@ -16,17 +17,24 @@ class Task:
     hold: threading.Event = field(default_factory=threading.Event, compare=False)
 
 
+async def released(task: Task) -> None:
+    """Wait, on the engine's loop, until the test thread releases ``task``."""
+    deadline = time.monotonic() + 10
+    while not task.hold.is_set() and time.monotonic() < deadline:
+        await asyncio.sleep(0.005)
+
+
 def make(
     concurrency: int, per_host: int, log: list[Task], lock: threading.Lock, peaks: dict[str, int]
 ) -> Engine[Task]:
     running: dict[str, int] = {}
 
-    def work(task: Task) -> None:
+    async def work(task: Task) -> None:
         with lock:
             running[task.host] = running.get(task.host, 0) + 1
             peaks[task.host] = max(peaks.get(task.host, 0), running[task.host])
             log.append(task)
-        task.hold.wait(5)
+        await released(task)
         with lock:
             running[task.host] -= 1
 
@@ -42,8 +50,13 @@ def make(
 
 def holding(started: list[Task], **options: int | float) -> Engine[Task]:
     """An engine whose jobs note that they started, then wait until released."""
+
+    async def work(task: Task) -> None:
+        started.append(task)
+        await released(task)
+
     return Engine(
-        lambda task: (started.append(task), task.hold.wait(10)),
+        work,
         host_of=lambda t: t.host,
         urgent=lambda t: t.urgent,
         **options,  # type: ignore[arg-type]
@@ -115,7 +128,7 @@ def test_room_counts_what_may_wait_and_wait_for_room_times_out() -> None:
     time.sleep(0.05)
     assert engine.room() == 2
     waiting = [Task("b"), Task("c")]
-    engine.submit(waiting, block=False)
+    engine.submit(waiting)
     assert engine.room() == 0
     assert not engine.wait_for_room(0.05)
     running.hold.set()
@@ -125,9 +138,9 @@ def test_room_counts_what_may_wait_and_wait_for_room_times_out() -> None:
     assert engine.wait_idle(5)
 
 
-def test_slow_jobs_stop_counting_and_threads_are_made_up_up_to_the_maximum() -> None:
+def test_slow_jobs_stop_counting_up_to_the_most_in_flight() -> None:
     started: list[Task] = []
-    engine = holding(started, concurrency=2, per_host=1, max_threads=5, slow_after=0.2)
+    engine = holding(started, concurrency=2, per_host=1, max_in_flight=5, slow_after=0.2)
     silent = [Task(f"silent{n}") for n in range(4)]
     engine.submit(silent)
     time.sleep(0.1)
@@ -136,24 +149,25 @@ def test_slow_jobs_stop_counting_and_threads_are_made_up_up_to_the_maximum() -> 
     while len(started) < 4 and time.monotonic() < deadline:
         time.sleep(0.02)
     assert len(started) == 4, "slow jobs stopped counting: the others started"
-    healthy = [Task(f"healthy{n}") for n in range(3)]
-    for task in healthy:
-        task.hold.set()
-    engine.submit(healthy)
-    while len(started) < 7 and time.monotonic() < deadline:
+    others = [Task(f"other{n}") for n in range(3)]
+    engine.submit(others)
+    time.sleep(0.3)
+    assert len(started) == 5, "a fifth job in flight, the maximum, and no more"
+    silent[0].hold.set()
+    while len(started) < 6 and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert len(started) == 7, "a fifth thread, the maximum, took the healthy jobs"
-    assert threading.active_count() >= 5
-    for task in silent:
+    assert len(started) == 6, "a job that ended made room for the next"
+    for task in [*silent, *others]:
         task.hold.set()
     assert engine.wait_idle(5)
+    assert len(started) == 7
 
 
 def test_jobs_parked_behind_a_slow_host_have_their_own_allowance() -> None:
     ran: list[Task] = []
     engine = holding(ran, concurrency=2, per_host=1, backlog=2, parked=5)
     slow = [Task("slow") for _ in range(6)]
-    assert engine.submit(slow, block=False) == []
+    assert engine.submit(slow) == []
     assert engine.room() == 0, "five parked: their allowance is used up"
     assert not engine.wait_for_room(0.05)
     slow[0].hold.set()
@@ -180,14 +194,20 @@ def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     assert [id(task) for task in unstarted] == [id(queued[0])]
     assert engine.submit([Task("z")]) != []  # refused once stopping
     assert [id(task) for task in engine.join(0.2)] == [id(stuck)]
-    stuck.hold.set()
-    assert engine.join(2) == []
+    deadline = time.monotonic() + 5
+    while engine.in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.in_flight == 0, "the job still running was cancelled"
 
 
 def test_a_backlog_on_one_host_drains_while_submit_waits() -> None:
     done: list[int] = []
+
+    async def work(n: int) -> None:
+        done.append(n)
+
     engine: Engine[int] = Engine(
-        lambda n: done.append(n),
+        work,
         host_of=lambda n: "one",
         urgent=lambda n: False,
         concurrency=4,

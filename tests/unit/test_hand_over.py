@@ -28,7 +28,7 @@ def test_a_database_error_while_looking_for_priority_work_does_not_stop_the_hand
         def room(self) -> int:
             return 100
 
-        def submit(self, jobs: list[object], *, block: bool = True) -> list[object]:
+        def submit(self, jobs: list[object]) -> list[object]:
             self.submitted += jobs
             return []
 
@@ -56,8 +56,7 @@ def test_a_task_waits_for_room_only_so_long(monkeypatch: pytest.MonkeyPatch) -> 
         def room(self) -> int:
             return 0
 
-        def submit(self, jobs: list[object], *, block: bool = True) -> list[object]:
-            assert not block
+        def submit(self, jobs: list[object]) -> list[object]:
             self.submitted += jobs
             return []
 

@@ -20,18 +20,17 @@ from django_outbox.transport import (
     Response,
     TimedOut,
     TLSFailed,
-    Transport,
     TransportError,
     retry_after_seconds,
 )
 from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
+from tests.support.loop_transport import LoopTransport
 
 JSON = {"Content-Type": "application/activity+json"}
 
 
-def make_transport(**options: object) -> Transport:
-    options.setdefault("allowed_networks", ["127.0.0.0/8"])
-    return Transport(user_agent="outbox-test/1", **options)  # type: ignore[arg-type]
+def make_transport(**options: Any) -> LoopTransport:
+    return LoopTransport(**options)
 
 
 @pytest.fixture
@@ -41,13 +40,13 @@ def server() -> Iterator[InboxServer]:
 
 
 @pytest.fixture
-def transport() -> Iterator[Transport]:
+def transport() -> Iterator[LoopTransport]:
     client = make_transport()
     yield client
     client.close()
 
 
-def test_statuses_headers_and_body_come_back(server: InboxServer, transport: Transport) -> None:
+def test_statuses_headers_and_body_come_back(server: InboxServer, transport: LoopTransport) -> None:
     server.behave("/ok", Behaviour(body=b"thanks", headers={"X-Thing": "1"}))
     server.behave("/gone", Behaviour(statuses=(410,)))
     server.behave("/flaky", Behaviour(statuses=(500, 503, 202)))
@@ -64,12 +63,12 @@ def test_statuses_headers_and_body_come_back(server: InboxServer, transport: Tra
     assert sent.headers["Content-Type"] == "application/activity+json"
 
 
-def test_signed_host_header_is_sent_as_given(server: InboxServer, transport: Transport) -> None:
+def test_signed_host_header_is_sent_as_given(server: InboxServer, transport: LoopTransport) -> None:
     transport.post(server.url(), {"Host": "inbox.example", **JSON}, b"{}")
     assert server.requests()[0].headers.get_all("Host") == ["inbox.example"]
 
 
-def test_redirects_are_returned_not_followed(server: InboxServer, transport: Transport) -> None:
+def test_redirects_are_returned_not_followed(server: InboxServer, transport: LoopTransport) -> None:
     location = server.url("/elsewhere")
     server.behave("/inbox", Behaviour(statuses=(302,), headers={"Location": location}))
     response = transport.post(server.url(), JSON, b"{}")
@@ -78,7 +77,7 @@ def test_redirects_are_returned_not_followed(server: InboxServer, transport: Tra
     assert [r.path for r in server.requests()] == ["/inbox"]
 
 
-def test_keep_alive_connection_is_reused(server: InboxServer, transport: Transport) -> None:
+def test_keep_alive_connection_is_reused(server: InboxServer, transport: LoopTransport) -> None:
     for _ in range(20):
         assert transport.post(server.url(), JSON, b"{}").status == 202
     assert server.connections == 1
@@ -149,7 +148,7 @@ def test_close_delimited_trickle_is_a_timeout_not_a_short_body() -> None:
         listener.close()
 
 
-def test_hang_up_without_answer_is_a_protocol_failure(transport: Transport) -> None:
+def test_hang_up_without_answer_is_a_protocol_failure(transport: LoopTransport) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -160,7 +159,7 @@ def test_hang_up_without_answer_is_a_protocol_failure(transport: Transport) -> N
     thread = threading.Thread(target=serve)
     thread.start()
     try:
-        with pytest.raises(ProtocolFailed, match=r"closed connection without response|reset"):
+        with pytest.raises(ProtocolFailed, match=r"closed the connection|lost|reset"):
             transport.post(f"http://127.0.0.1:{listener.getsockname()[1]}/", JSON, b"{}")
     finally:
         thread.join(10)
@@ -189,7 +188,7 @@ def test_silent_server_times_out(server: InboxServer) -> None:
     assert len(server.requests()) == 1
 
 
-def test_refused_port_raises_connect_failed(transport: Transport) -> None:
+def test_refused_port_raises_connect_failed(transport: LoopTransport) -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -262,7 +261,7 @@ def test_ipv6_literal() -> None:
         srv.stop()
 
 
-def test_invalid_url_is_a_transport_error(transport: Transport) -> None:
+def test_invalid_url_is_a_transport_error(transport: LoopTransport) -> None:
     with pytest.raises(TransportError, match="invalid URL"):
         transport.post("ftp://example.com/inbox", JSON, b"{}")
 

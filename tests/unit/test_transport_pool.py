@@ -1,4 +1,4 @@
-"""The transport's connection machinery: descriptors, the watchdog, pools, TLS deadlines."""
+"""The transport's connection machinery: descriptors, pools, TLS deadlines."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from typing import Any
 
 import pytest
 
-from django_outbox.transport import TimedOut, Transport
-from django_outbox.transport.pool import watchdog
+from django_outbox.transport import TimedOut
 from testproject.inbox_servers import Behaviour, InboxServer
+from tests.support.loop_transport import LoopTransport
 
 JSON = {"Content-Type": "application/activity+json"}
 
 
-def make_transport(**options: Any) -> Transport:
-    options.setdefault("allowed_networks", ["127.0.0.0/8"])
-    return Transport(user_agent="outbox-test/1", **options)
+def make_transport(**options: Any) -> LoopTransport:
+    return LoopTransport(**options)
 
 
 def client_sockets(port: int) -> int:
@@ -59,8 +58,7 @@ def test_closed_capped_and_cut_connections_leave_no_descriptor() -> None:
             transport.post(server.url("/slow"), JSON, b"{}")
         assert transport.post(server.url(), JSON, b"{}").status == 202
         assert server.connections == 22  # none of the 21 first could be used again
-        assert client_sockets(server.port) == 2  # the idle connection and the watchdog's dup
-        assert not watchdog()._live
+        assert client_sockets(server.port) == 1  # the idle connection
         transport.close()
         assert client_sockets(server.port) == 0
 
@@ -106,12 +104,12 @@ def test_a_stalled_tls_handshake_is_a_connect_timeout_and_the_next_address_is_tr
             stalled.close()
 
 
-def test_no_pool_is_kept_alive_once_the_pool_manager_dropped_it() -> None:
+def test_connections_of_forgotten_addresses_are_closed() -> None:
     transport = make_transport(max_pools=1, resolver=lambda host, port: ["127.0.0.1"])
     with InboxServer() as server:
         for name in ["a.test", "b.test"] * 4:
             assert transport.post(server.url(host=name), JSON, b"{}").status == 202
-        assert server.connections == 8  # each pool closed its connection when evicted
+        assert server.connections == 8  # each address forgotten closed its connection
 
 
 def test_chunked_answers_are_read_whole_and_keep_the_connection() -> None:

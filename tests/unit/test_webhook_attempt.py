@@ -8,8 +8,9 @@ the task's thread, and refuses or retries what it cannot sign.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -53,17 +54,32 @@ def job(url: str, keys: WebhookKeys) -> Job:
     return Job(row, message, keys, time.monotonic() + 60)
 
 
-@pytest.fixture
-def transport() -> Iterator[Transport]:
-    client = Transport(user_agent="test", total_timeout=5, allowed_networks=["127.0.0.0/8"])
-    yield client
-    client.close()
+def attempts(
+    jobs: Sequence[Job],
+    store: MemoryBreakerStore | None = None,
+    policy: BreakerPolicy | None = None,
+    pause: Callable[[], float] = lambda: 0.0,
+) -> list[Outcome]:
+    """``perform`` each job in turn on one event loop and transport, ``pause()`` s apart."""
+
+    async def each() -> list[Outcome]:
+        transport = Transport(user_agent="test", total_timeout=5, allowed_networks=["127.0.0.0/8"])
+        breakers = store or MemoryBreakerStore()
+        outcomes = []
+        for index, attempt in enumerate(jobs):
+            if index:
+                await asyncio.sleep(pause())
+            outcomes.append(await perform(attempt, transport, breakers, policy))
+        transport.close()
+        return outcomes
+
+    return asyncio.run(each())
 
 
 def test_a_webhook_attempt_is_signed_for_the_reference_verifier(
-    transport: Transport, inbox_server: InboxServer
+    inbox_server: InboxServer,
 ) -> None:
-    outcome = perform(job(inbox_server.url("/hook"), WebhookKeys(SECRET)), transport, *no_breaker())
+    [outcome] = attempts([job(inbox_server.url("/hook"), WebhookKeys(SECRET))])
     assert (outcome.result, outcome.status) == (AttemptResult.DELIVERED, 202)
     (request,) = inbox_server.requests()
     assert request.body == BODY
@@ -79,10 +95,10 @@ def test_a_webhook_attempt_is_signed_for_the_reference_verifier(
 
 
 def test_every_secret_of_a_rotation_signs_and_ed25519_signs_v1a(
-    transport: Transport, inbox_server: InboxServer
+    inbox_server: InboxServer,
 ) -> None:
     keys = WebhookKeys(SECRET, OLD_SECRET, SIGNING_KEY)
-    perform(job(inbox_server.url("/hook"), keys), transport, *no_breaker())
+    attempts([job(inbox_server.url("/hook"), keys)])
     (request,) = inbox_server.requests()
     schemes = [entry.split(",")[0] for entry in request.headers["webhook-signature"].split(" ")]
     assert schemes == ["v1", "v1", "v1a"]
@@ -95,13 +111,12 @@ def test_every_secret_of_a_rotation_signs_and_ed25519_signs_v1a(
 
 
 def test_each_attempt_has_a_fresh_timestamp_and_signature_and_the_same_id(
-    transport: Transport, inbox_server: InboxServer
+    inbox_server: InboxServer,
 ) -> None:
     inbox_server.behave("/hook", Behaviour(statuses=(500, 200)))
     attempt = job(inbox_server.url("/hook"), WebhookKeys(SECRET))
-    assert perform(attempt, transport, *no_breaker()).result is AttemptResult.RETRY
-    time.sleep(1.01 - time.time() % 1)  # into the next second
-    assert perform(attempt, transport, *no_breaker()).result is AttemptResult.DELIVERED
+    outcomes = attempts([attempt, attempt], pause=lambda: 1.01 - time.time() % 1)
+    assert [o.result for o in outcomes] == [AttemptResult.RETRY, AttemptResult.DELIVERED]
     first, second = inbox_server.requests()
     assert first.headers["webhook-id"] == second.headers["webhook-id"] == WEBHOOK_ID
     assert int(second.headers["webhook-timestamp"]) > int(first.headers["webhook-timestamp"])
@@ -121,36 +136,30 @@ def test_each_attempt_has_a_fresh_timestamp_and_signature_and_the_same_id(
     ],
 )
 def test_answers_are_judged_as_for_activities_with_no_second_knock(
-    transport: Transport, inbox_server: InboxServer, status: int, result: AttemptResult
+    inbox_server: InboxServer, status: int, result: AttemptResult
 ) -> None:
     headers = {"Location": "https://elsewhere.example/"} if status == 301 else {}
     inbox_server.behave("/hook", Behaviour(statuses=(status,), headers=headers))
-    outcome = perform(job(inbox_server.url("/hook"), WebhookKeys(SECRET)), transport, *no_breaker())
+    [outcome] = attempts([job(inbox_server.url("/hook"), WebhookKeys(SECRET))])
     assert (outcome.result, outcome.status) == (result, status)
     assert len(inbox_server.requests()) == 1  # one request: no other scheme, no redirect
 
 
-def test_retry_after_is_read_from_a_webhook_answer(
-    transport: Transport, inbox_server: InboxServer
-) -> None:
+def test_retry_after_is_read_from_a_webhook_answer(inbox_server: InboxServer) -> None:
     inbox_server.behave("/hook", Behaviour(statuses=(429,), headers={"Retry-After": "120"}))
-    outcome = perform(job(inbox_server.url("/hook"), WebhookKeys(SECRET)), transport, *no_breaker())
+    [outcome] = attempts([job(inbox_server.url("/hook"), WebhookKeys(SECRET))])
     assert (outcome.result, outcome.retry_after) == (AttemptResult.RETRY, 120.0)
 
 
 def test_a_failing_endpoint_opens_its_breaker_as_an_inbox_would(
-    transport: Transport, inbox_server: InboxServer
+    inbox_server: InboxServer,
 ) -> None:
     inbox_server.behave("/hook", Behaviour(statuses=(500,)))
     store, policy = MemoryBreakerStore(), BreakerPolicy(threshold=2, cool_off=60)
     attempt = job(inbox_server.url("/hook"), WebhookKeys(SECRET))
-    results = [perform(attempt, transport, store, policy).result for _ in range(3)]
+    results = [outcome.result for outcome in attempts([attempt] * 3, store, policy)]
     assert results == [AttemptResult.RETRY, AttemptResult.RETRY, AttemptResult.HELD]
     assert len(inbox_server.requests()) == 2
-
-
-def no_breaker() -> tuple[MemoryBreakerStore, None]:
-    return MemoryBreakerStore(), None
 
 
 # The task's half: secrets resolved per endpoint, cached, refused or retried ----------
