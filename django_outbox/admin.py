@@ -47,7 +47,7 @@ class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
-    """Every delivery, filterable by state, lane, host and batch tag."""
+    """Every delivery, filterable by state, lane, signing (ActivityPub or webhook) and batch tag."""
 
     list_display = (
         "id",
@@ -60,8 +60,8 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "next_attempt_at",
         "batch_tag",
     )
-    list_filter = ("state", "lane", "deadline_reached", "message__tag")
-    search_fields = ("inbox", "host", "message__tag", "last_error")
+    list_filter = ("state", "lane", "message__signing", "deadline_reached", "message__tag")
+    search_fields = ("inbox", "host", "message__tag", "last_error", "=message__webhook_id")
     list_select_related = ("message",)
     actions = ("requeue", "give_up")
     show_full_result_count = False
@@ -105,11 +105,23 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    """Each activity sent, with its batch's progress."""
+    """Each activity or webhook sent, with its batch's progress.
 
-    list_display = ("id", "activity_type", "sender", "tag", "lane", "inbox_count", "progress")
-    list_filter = ("lane", "activity_type")
-    search_fields = ("sender", "tag")
+    A webhook is found by the ``webhook-id`` its receiver reports (exact match).
+    """
+
+    list_display = (
+        "id",
+        "activity_type",
+        "signing",
+        "sender",
+        "tag",
+        "lane",
+        "inbox_count",
+        "progress",
+    )
+    list_filter = ("signing", "lane", "activity_type")
+    search_fields = ("sender", "tag", "=webhook_id")
     exclude = ("body", "pending_inboxes")
     readonly_fields = ("body_text",)
 

@@ -33,11 +33,7 @@ _POSITIVE = (
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check every ``OUTBOX_*`` setting that can be checked without a network."""
-    errors: list[CheckMessage] = []
-    try:
-        conf.KEY_RESOLVER  # noqa: B018 - resolving it is the check
-    except OutboxConfigurationError as error:
-        errors.append(Error(str(error), id="django_outbox.E001"))
+    errors = _check_resolvers()
     if conf.FIRST_SCHEME not in {s.value for s in Scheme}:
         errors.append(
             Error(
@@ -94,6 +90,40 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_outbox.W002",
             )
         )
+    return errors
+
+
+def _check_resolvers() -> list[CheckMessage]:
+    """Each resolver that is set must import; at least one of the two must be set.
+
+    ``OUTBOX_KEY_RESOLVER`` signs ActivityPub sends, ``OUTBOX_WEBHOOK_SECRET_RESOLVER``
+    webhooks: a project that sends only one kind sets only its resolver.
+    """
+    errors: list[CheckMessage] = []
+    key_set = getattr(settings, "OUTBOX_KEY_RESOLVER", None) is not None
+    webhook_set = getattr(settings, "OUTBOX_WEBHOOK_SECRET_RESOLVER", None) is not None
+    if not key_set and not webhook_set:
+        errors.append(
+            Error(
+                "Neither OUTBOX_KEY_RESOLVER nor OUTBOX_WEBHOOK_SECRET_RESOLVER is set.",
+                hint="Set OUTBOX_KEY_RESOLVER to send ActivityPub activities, "
+                "OUTBOX_WEBHOOK_SECRET_RESOLVER to send webhooks, or both.",
+                id="django_outbox.E001",
+            )
+        )
+    for is_set, name, check_id in (
+        (key_set, "KEY_RESOLVER", "django_outbox.E001"),
+        (webhook_set, "WEBHOOK_SECRET_RESOLVER", "django_outbox.E007"),
+    ):
+        try:
+            if is_set:
+                getattr(conf, name)
+        except OutboxConfigurationError as error:
+            errors.append(Error(str(error), id=check_id))
+    try:
+        conf.LOCAL_HOSTS  # noqa: B018 - reading it is the check
+    except OutboxConfigurationError as error:
+        errors.append(Error(str(error), id="django_outbox.E008"))
     return errors
 
 

@@ -25,19 +25,33 @@ class InvalidSend(OutboxError, ValueError):
 
 
 class InvalidInbox(InvalidSend):
-    """An inbox is not an absolute http(s) URL without credentials or fragment."""
+    """An inbox or endpoint is not an absolute http(s) URL without credentials or fragment."""
+
+
+class BlockedEndpoint(InvalidInbox):
+    """A webhook endpoint names an address deliveries may not reach.
+
+    A loopback, private, link-local or otherwise non-public IP address written
+    in the URL, or ``localhost``, outside ``OUTBOX_ALLOWED_NETWORKS``.  Names
+    are not resolved at send time: the worker refuses those that resolve to
+    such an address when it connects.
+    """
 
 
 class InvalidActivity(InvalidSend):
-    """The activity is not a JSON object, or cannot be serialised to JSON."""
+    """The activity (or webhook payload) is not a JSON object, or cannot be serialised."""
 
 
 class BodyTooLarge(InvalidSend):
-    """The serialised activity is larger than ``OUTBOX_MAX_BODY_BYTES``."""
+    """The serialised activity or payload is larger than ``OUTBOX_MAX_BODY_BYTES``."""
 
 
 class UnknownSender(InvalidSend):
-    """The key resolver has no signing key for the actor."""
+    """The key resolver has no signing key for the actor, or a sender is not a usable id."""
+
+
+class UnknownEndpoint(InvalidSend):
+    """The webhook secret resolver has no secret for an endpoint of the sender."""
 
 
 class InvalidBatch(InvalidSend):

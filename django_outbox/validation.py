@@ -68,14 +68,15 @@ def inbox_host(inbox: str) -> str:
     return str(match["name"] or match["ip6"]).lower()
 
 
-def clean_inboxes(inboxes: Iterable[str]) -> list[str]:
+def clean_inboxes(inboxes: Iterable[str], noun: str = "inbox") -> list[str]:
     """The inboxes, de-duplicated in their first order, each checked.
 
     An inbox must be an absolute ``http`` or ``https`` URL with a host, no
-    user name or password, and no fragment.
+    user name or password, and no fragment.  Error messages call each URL a
+    ``noun`` (webhooks have endpoints).
     """
     if isinstance(inboxes, str | bytes):
-        raise InvalidInbox("inboxes must be a list of URLs, not a single string")
+        raise InvalidInbox(f"{noun}s must be a list of URLs, not a single string")
     if type(inboxes) is list or type(inboxes) is tuple:
         clean = _clean_well_formed(inboxes)
         if clean is not None:
@@ -85,7 +86,7 @@ def clean_inboxes(inboxes: Iterable[str]) -> list[str]:
         if inbox in seen:
             continue
         if not (isinstance(inbox, str) and _INBOX.fullmatch(inbox)):
-            _check_inbox(inbox)
+            _check_inbox(inbox, noun)
         seen[inbox] = None
     return list(seen)
 
@@ -107,39 +108,49 @@ def _clean_well_formed(inboxes: list[str] | tuple[str, ...]) -> list[str] | None
     return list(seen)
 
 
-def _check_inbox(inbox: object) -> None:
+def _check_inbox(inbox: object, noun: str = "inbox") -> None:
     """Raise :class:`InvalidInbox` naming what is wrong with ``inbox``, if anything."""
     if not isinstance(inbox, str):
-        raise InvalidInbox(f"inbox {inbox!r} is not a string")
+        raise InvalidInbox(f"{noun} {inbox!r} is not a string")
     try:
         parts = urlsplit(inbox)
         port = parts.port
     except ValueError as error:
-        raise InvalidInbox(f"inbox {inbox!r} is not a valid URL: {error}") from None
+        raise InvalidInbox(f"{noun} {inbox!r} is not a valid URL: {error}") from None
     if parts.scheme not in _SCHEMES:
-        raise InvalidInbox(f"inbox {inbox!r} is not an absolute http(s) URL")
+        raise InvalidInbox(f"{noun} {inbox!r} is not an absolute http(s) URL")
     if not parts.hostname:
-        raise InvalidInbox(f"inbox {inbox!r} has no host")
+        raise InvalidInbox(f"{noun} {inbox!r} has no host")
     if "@" in parts.netloc:
-        raise InvalidInbox(f"inbox {inbox!r} carries credentials")
+        raise InvalidInbox(f"{noun} {inbox!r} carries credentials")
     if parts.fragment or inbox.endswith("#"):
-        raise InvalidInbox(f"inbox {inbox!r} has a fragment")
+        raise InvalidInbox(f"{noun} {inbox!r} has a fragment")
     if port == 0 or any(c in inbox for c in " \t\r\n"):
-        raise InvalidInbox(f"inbox {inbox!r} is not a valid URL")
+        raise InvalidInbox(f"{noun} {inbox!r} is not a valid URL")
 
 
-def serialise_activity(activity: object, max_bytes: int) -> bytes:
-    """The exact bytes to send for ``activity``: compact UTF-8 JSON."""
+def serialise_activity(
+    activity: object,
+    max_bytes: int,
+    *,
+    encoder: type[json.JSONEncoder] | None = None,
+    noun: str = "activity",
+) -> bytes:
+    """The exact bytes to send for ``activity``: compact UTF-8 JSON.
+
+    ``encoder`` serialises what ``json`` cannot (webhooks use Django's, for
+    dates, decimals and UUIDs); error messages call the object a ``noun``.
+    """
     if not isinstance(activity, Mapping):
-        raise InvalidActivity(f"the activity must be a JSON object, not {type(activity).__name__}")
+        raise InvalidActivity(f"the {noun} must be a JSON object, not {type(activity).__name__}")
     try:
         body = json.dumps(
-            activity, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            activity, ensure_ascii=False, separators=(",", ":"), allow_nan=False, cls=encoder
         ).encode()
-    except (TypeError, ValueError) as error:
-        raise InvalidActivity(f"the activity cannot be serialised to JSON: {error}") from None
+    except (TypeError, ValueError, RecursionError) as error:
+        raise InvalidActivity(f"the {noun} cannot be serialised to JSON: {error}") from None
     if len(body) > max_bytes:
-        raise BodyTooLarge(f"the activity is {len(body)} bytes; the limit is {max_bytes}")
+        raise BodyTooLarge(f"the {noun} is {len(body)} bytes; the limit is {max_bytes}")
     return body
 
 

@@ -1,13 +1,16 @@
 """One attempt at one delivery, as a coroutine on the engine's event loop.
 
-It asks the circuit breaker, signs in the scheme the origin is known to
-accept, knocks again with the other scheme on a 400 or 401, POSTs, and turns
-what happened into an :class:`~django_outbox.outcomes.Outcome`.  With
-``OUTBOX_PAYMENTS`` set, :func:`~django_outbox.payments.paying.exchange` makes
-the POST, paying and presenting L402 tokens.  It touches no database: the
-recorder saves the outcome.  What may block (a breaker kept
-in Redis, the shared cache of schemes) runs on the loop's executor, and only
-when this process's own copy cannot answer.
+It asks the circuit breaker, signs, POSTs, and turns what happened into an
+:class:`~django_outbox.outcomes.Outcome`.  An ActivityPub delivery is signed in
+the scheme its origin is known to accept, and knocks again with the other
+scheme on a 400 or 401; a webhook is signed with every secret of its endpoint
+(Standard Webhooks), afresh for each attempt, with its message's unchanging
+``webhook-id``.  With ``OUTBOX_PAYMENTS`` set,
+:func:`~django_outbox.payments.paying.exchange` makes the POST, paying and
+presenting L402 tokens.  It touches no database: the recorder saves the
+outcome.  What may block (a breaker kept in Redis, the shared cache of
+schemes, a payment client) runs on the loop's executor, and only when this
+process's own copy cannot answer.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from django_outbox.payments.paying import PaymentJob, exchange
 from django_outbox.payments.reports import PaymentReport
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
 from django_outbox.signing.schemes import remember, remember_here, remembered, remembered_here
+from django_outbox.signing.webhooks import WEBHOOK_SCHEME, WebhookKeys, sign_webhook
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
@@ -47,7 +51,8 @@ class Job:
 
     row: ClaimedRow
     message: MessageData
-    key: SenderKey
+    #: The sender's key (HTTP Signatures), or the endpoint's secrets (a webhook).
+    key: SenderKey | WebhookKeys
     #: Monotonic time after which it is given back unsent: its lease could lapse mid-send.
     send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
@@ -81,6 +86,7 @@ _HELD = {
 async def _post(
     transport: Transport,
     job: Job,
+    key: SenderKey,
     url: str,
     scheme: Scheme,
     sent: list[str],
@@ -88,7 +94,7 @@ async def _post(
 ) -> Response:
     headers = sign_headers(
         scheme,
-        job.key,
+        key,
         method="POST",
         url=url,
         body=job.message.body,
@@ -104,7 +110,12 @@ async def _post(
 
 
 async def _knock(
-    transport: Transport, job: Job, url: str, sent: list[str], authorization: str | None = None
+    transport: Transport,
+    job: Job,
+    key: SenderKey,
+    url: str,
+    sent: list[str],
+    authorization: str | None,
 ) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
     parts = urlsplit(url)
@@ -114,14 +125,30 @@ async def _knock(
     if not here:
         known = await loop.run_in_executor(None, remembered, origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = await _post(transport, job, url, first, sent, authorization)
+    response = await _post(transport, job, key, url, first, sent, authorization)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = await _post(transport, job, url, accepted, sent, authorization)
+        response = await _post(transport, job, key, url, accepted, sent, authorization)
     if 200 <= response.status < 300 and accepted != known and remember_here(origin, accepted):
         loop.run_in_executor(None, _share, origin, accepted)  # not awaited: nothing waits on it
     return response
+
+
+async def _signed_post(
+    transport: Transport, job: Job, url: str, sent: list[str], authorization: str | None = None
+) -> Response:
+    """POST the job's body to ``url``, signed as its message says."""
+    if isinstance(job.key, WebhookKeys):
+        message = job.message
+        headers = sign_webhook(
+            job.key, message.webhook_id, message.body, content_type=message.content_type
+        )
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        sent.append(WEBHOOK_SCHEME)
+        return await transport.post(url, headers, message.body)
+    return await _knock(transport, job, job.key, url, sent, authorization)
 
 
 def _share(origin: str, scheme: Scheme) -> None:
@@ -207,7 +234,7 @@ async def _attempt_at(
         ending = await _paid_attempt(job, job.payment, url, transport, sent)
     else:
         try:
-            response = await _knock(transport, job, url, sent)
+            response = await _signed_post(transport, job, url, sent)
         except BlockedAddress as error:
             ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
         except TransportError as error:
@@ -230,7 +257,7 @@ async def _paid_attempt(
     size = len(job.message.body)
 
     async def post(authorization: str | None) -> Response:
-        return await _knock(transport, job, url, sent, authorization)
+        return await _signed_post(transport, job, url, sent, authorization)
 
     done = await exchange(payment, url, size, post)
     if done.response is not None:

@@ -23,6 +23,7 @@ from django.db import DatabaseError, connections
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
 from django_outbox.metrics.recording import record_batch
+from django_outbox.models import Signing
 from django_outbox.notify import AttemptSignals
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.ledger import record_payments
@@ -71,8 +72,13 @@ def publish_effects(plan: OutcomePlan) -> None:
 
 def _unless_sender_gone(outcome: Outcome) -> Outcome:
     """``outcome`` as a refusal when its status is one after which the sender may be
-    gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and the key resolver says it is."""
+    gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and the key resolver says it is.
+
+    Webhooks are left as they are: their senders are not actors the key resolver knows.
+    """
     if outcome.result is not AttemptResult.RETRY:
+        return outcome
+    if outcome.message.signing != Signing.HTTP_SIGNATURES:
         return outcome
     if outcome.status not in conf.SENDER_GONE_STATUSES:
         return outcome
