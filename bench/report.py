@@ -122,7 +122,19 @@ def rows(results: dict[str, Any]) -> list[Row]:
             text,
             check,
         )
-        add(f"... of which validating the {int(size):,} inbox URLs", fig["validate_ms"], "ms")
+        add(f"... of which checking the {int(size):,} inbox URLs", fig["validate_ms"], "ms")
+    for size, fig in s.get("fanout", {}).get("recipients", {}).items():
+        text, limit = targets.get(size, ("", None))
+        check = (lambda v, lim=limit: v < lim) if limit else None
+        add(
+            f"**`send`** to {int(size):,} recipients, ten per shared inbox "
+            f"({fig['targets']:,} deliveries)",
+            fig["send_ms"],
+            "ms",
+            text,
+            check,
+        )
+        add("... of which collapsing them to checked inbox URLs", fig["validate_ms"], "ms")
     for size, fig in sizes.items():
         if int(size) > 500 and fig["expand_s"].get("n"):
             add(

@@ -1,24 +1,29 @@
 """django_outbox: signed, reliable delivery of ActivityPub activities and webhooks.
 
 ``from django_outbox import outbox, Batch`` and call ``outbox.send(actor,
-activity, inboxes)`` inside a view's transaction.
+activity, recipients)`` or ``outbox.send_webhook(sender, payload, endpoints)``
+inside a view's transaction.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Batch", "PortableInbox", "outbox"]
+__all__ = ["Batch", "PortableInbox", "Recipient", "WebhookKeys", "outbox"]
 
 if TYPE_CHECKING:
     from django_outbox.api import outbox
     from django_outbox.batch import Batch
     from django_outbox.portable import PortableInbox
+    from django_outbox.recipients import Recipient
+    from django_outbox.signing.webhooks import WebhookKeys
 
 _EXPORTS = {
     "outbox": "django_outbox.api",
     "Batch": "django_outbox.batch",
     "PortableInbox": "django_outbox.portable",
+    "Recipient": "django_outbox.recipients",
+    "WebhookKeys": "django_outbox.signing.webhooks",
 }
 
 

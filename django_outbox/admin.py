@@ -1,4 +1,4 @@
-"""Read-only admin pages: deliveries, messages, failing hosts and open breakers.
+"""Read-only admin pages: deliveries, messages, failing hosts, open breakers and payments.
 
 Nothing can be edited by hand; the actions call the package's own
 :meth:`~django_outbox.api.Outbox.requeue` and :meth:`~django_outbox.api.Outbox.give_up`.
@@ -16,25 +16,14 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 
+from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.api import outbox
 from django_outbox.breakers import BreakerStoreUnavailable
 from django_outbox.breakers.configured import configured_store
 from django_outbox.hosts import forget_cached
-from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Message
+from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Message, PaymentAttempt
 from django_outbox.overview import overview_context
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """An admin that shows rows and never adds, changes or deletes them by hand."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from django_outbox.payments.admin import PaymentAttemptAdmin
 
 
 class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
@@ -59,7 +48,7 @@ class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
 
 @admin.register(Delivery)
 class DeliveryAdmin(ReadOnlyAdmin):
-    """Every delivery, filterable by state, lane, host and batch tag."""
+    """Every delivery, filterable by state, lane, signing (ActivityPub or webhook) and batch tag."""
 
     list_display = (
         "id",
@@ -72,8 +61,8 @@ class DeliveryAdmin(ReadOnlyAdmin):
         "next_attempt_at",
         "batch_tag",
     )
-    list_filter = ("state", "lane", "deadline_reached", "message__tag")
-    search_fields = ("inbox", "host", "message__tag", "last_error")
+    list_filter = ("state", "lane", "message__signing", "deadline_reached", "message__tag")
+    search_fields = ("inbox", "host", "message__tag", "last_error", "=message__webhook_id")
     list_select_related = ("message",)
     actions = ("requeue", "give_up")
     show_full_result_count = False
@@ -117,11 +106,23 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
 @admin.register(Message)
 class MessageAdmin(ReadOnlyAdmin):
-    """Each activity sent, with its batch's progress."""
+    """Each activity or webhook sent, with its batch's progress.
 
-    list_display = ("id", "activity_type", "sender", "tag", "lane", "inbox_count", "progress")
-    list_filter = ("lane", "activity_type")
-    search_fields = ("sender", "tag")
+    A webhook is found by the ``webhook-id`` its receiver reports (exact match).
+    """
+
+    list_display = (
+        "id",
+        "activity_type",
+        "signing",
+        "sender",
+        "tag",
+        "lane",
+        "inbox_count",
+        "progress",
+    )
+    list_filter = ("signing", "lane", "activity_type")
+    search_fields = ("sender", "tag", "=webhook_id")
     exclude = ("body",)
     readonly_fields = ("body_text",)
 
@@ -219,3 +220,6 @@ class HostAdmin(ReadOnlyAdmin):
             "can_reset": can_reset,
         }
         return TemplateResponse(request, "admin/django_outbox/breakers.html", context)
+
+
+admin.site.register(PaymentAttempt, PaymentAttemptAdmin)

@@ -1,30 +1,37 @@
 """The public entry points: :data:`outbox` and its methods.
 
-``outbox.send`` checks everything first and raises a typed error writing
-nothing (whatever a worker would fail on for every attempt is refused here:
-see ``docs/security.md``); then it writes the rows in the caller's transaction
-and hands them to Celery only once that transaction commits.  A rolled-back view sends
-nothing; a committed one is never lost, because the sweeper dispatches
+``outbox.send`` (ActivityPub) and ``outbox.send_webhook`` (Standard Webhooks)
+check everything first and raise a typed error writing nothing (whatever a
+worker would fail on for every attempt is refused there: see
+``docs/security.md``); then they write the rows in the caller's transaction and
+hand them to Celery only once that transaction commits.  A rolled-back view
+sends nothing; a committed one is never lost, because the sweeper dispatches
 whatever the broker did not get.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.db.models import QuerySet
 
 from django_outbox.batch import Batch
 from django_outbox.conf import conf
 from django_outbox.dispatch import start_expansion_on_commit
+from django_outbox.endpoints import check_secrets, clean_endpoints, webhook_sender
 from django_outbox.exceptions import InvalidBatch, InvalidInbox
 from django_outbox.fanout import choose_lane, store_pending, write_deliveries
-from django_outbox.models import Delivery, Message
+from django_outbox.models import Delivery, Message, Signing
 from django_outbox.operations import give_up, requeue
 from django_outbox.portable import PortableInbox
+from django_outbox.recipients import HasInbox, Recipient, collapse
+from django_outbox.signing.webhooks import check_webhook_id, new_webhook_id
 from django_outbox.validation import (
     activity_type,
     actor_id,
@@ -37,22 +44,31 @@ from django_outbox.validation import (
 
 
 class Outbox:
-    """Queues activities for delivery and manages deliveries already queued."""
+    """Queues activities and webhooks for delivery and manages deliveries already queued."""
 
     def send(
         self,
         actor: object,
         activity: Mapping[str, Any],
-        inboxes: Iterable[str],
+        recipients: Iterable[str | Recipient | HasInbox],
         *,
         batch: Batch | None = None,
         content_type: str = "application/activity+json",
+        prefer_shared_inbox: bool | None = None,
+        exclude_hosts: Collection[str] | None = None,
     ) -> Message | None:
-        """Queue ``activity``, signed as ``actor``, for each inbox once.
+        """Queue ``activity``, signed as ``actor``, for each inbox of ``recipients`` once.
+
+        A recipient is an inbox URL, a :class:`~django_outbox.Recipient`, or any
+        object with ``inbox`` and ``shared_inbox`` attributes.  With
+        ``prefer_shared_inbox`` (default ``OUTBOX_PREFER_SHARED_INBOX``, on)
+        recipients that share an inbox are sent one delivery through it.
+        Recipients on ``exclude_hosts`` are left out; by default those are the
+        host of the actor's id and ``OUTBOX_LOCAL_HOSTS``.
 
         Runs inside the caller's transaction: nothing is published to Celery
-        until it commits.  Returns the stored message, or ``None`` when
-        ``inboxes`` is empty.  Raises a subclass of
+        until it commits.  Returns the stored message, or ``None`` when there
+        is no inbox to deliver to.  Raises a subclass of
         :class:`~django_outbox.exceptions.InvalidSend` for bad input, having
         written nothing: an inbox the transport would read otherwise than it is
         stored, more than ``OUTBOX_MAX_INBOXES`` inboxes, a value too long for
@@ -60,8 +76,19 @@ class Outbox:
         are stored in canonical form (``HTTPS://Example.com:443/a`` as
         ``https://example.com/a``).
         """
-        targets = clean_inboxes(inboxes, conf.MAX_INBOXES)
-        return self._queue(actor, activity, targets, {}, batch, content_type)
+        sender = actor_id(actor)
+        if prefer_shared_inbox is None:
+            prefer_shared_inbox = conf.PREFER_SHARED_INBOX
+        if exclude_hosts is None:
+            exclude_hosts = _own_hosts(sender)
+        targets = clean_inboxes(
+            collapse(
+                recipients, prefer_shared_inbox=prefer_shared_inbox, exclude_hosts=exclude_hosts
+            ),
+            conf.MAX_INBOXES,
+        )
+        body = _signed_body(sender, activity)
+        return self._queue(sender, body, activity_type(activity), targets, {}, batch, content_type)
 
     def send_portable(
         self,
@@ -88,26 +115,77 @@ class Outbox:
             if portable.inbox not in via:
                 via[portable.inbox] = portable.targets()
                 check_inbox_count(len(via), conf.MAX_INBOXES)
-        return self._queue(actor, activity, list(via), via, batch, content_type)
+        sender = actor_id(actor)
+        body = _signed_body(sender, activity)
+        kind = activity_type(activity)
+        return self._queue(sender, body, kind, list(via), via, batch, content_type)
+
+    def send_webhook(
+        self,
+        sender: str,
+        payload: Mapping[str, Any],
+        endpoints: Iterable[str],
+        *,
+        batch: Batch | None = None,
+        webhook_id: str | None = None,
+        content_type: str = "application/json",
+        encoder: type[json.JSONEncoder] = DjangoJSONEncoder,
+    ) -> Message | None:
+        """Queue ``payload`` as a Standard Webhooks message to each endpoint once.
+
+        ``sender`` names who sends (an account, a tenant, the site): it is
+        stored, and passed with each endpoint to ``OUTBOX_WEBHOOK_SECRET_RESOLVER``,
+        which returns the secrets that sign.  Every attempt to every endpoint
+        carries the same ``webhook-id``: ``webhook_id`` (1 to 255 characters of
+        ``A-Z a-z 0-9 _ -``) or a fresh random ``msg_...`` id; each attempt gets a
+        fresh ``webhook-timestamp`` and signature.  ``payload`` is serialised once
+        with ``encoder`` (Django's by default, as ``JsonResponse``: dates,
+        decimals and UUIDs become strings).
+
+        Retries, ``Retry-After``, breakers, deadlines, ordering keys, lanes,
+        signals and the admin work as for :meth:`send`.  Returns the stored
+        message, or ``None`` for no endpoint.  Raises a subclass of
+        :class:`~django_outbox.exceptions.InvalidSend` for bad input (including
+        an endpoint naming a non-public address, and a secret the resolver
+        lacks or returns malformed), having written nothing.
+        """
+        batch = _batch(batch)
+        sender = webhook_sender(sender)
+        targets = clean_endpoints(endpoints)
+        body = serialise_activity(
+            payload, conf.MAX_BODY_BYTES, encoder=encoder, noun="webhook payload"
+        )
+        if webhook_id is None:
+            webhook_id = new_webhook_id()
+        check_webhook_id(webhook_id)
+        if batch.synchronize_collection:
+            raise InvalidBatch("synchronize_collection is for ActivityPub sends, not webhooks")
+        check_secrets(sender, targets, webhook_id, body, content_type)
+        kind = activity_type(payload)
+        return self._queue(
+            sender, body, kind, targets, {}, batch, content_type, webhook_id=webhook_id
+        )
 
     def _queue(
         self,
-        actor: object,
-        activity: Mapping[str, Any],
+        sender: str,
+        body: bytes,
+        kind: str,
         targets: list[str],
         via: dict[str, list[str]],
         batch: Batch | None,
         content_type: str,
+        *,
+        webhook_id: str = "",
     ) -> Message | None:
-        if batch is None:
-            batch = Batch()
-        elif not isinstance(batch, Batch):
-            raise InvalidBatch(f"batch must be a Batch, not {type(batch).__name__}")
-        sender = actor_id(actor)
-        body = serialise_activity(activity, conf.MAX_BODY_BYTES)
-        kind = activity_type(activity)
+        """Write the message and its deliveries (or its pending list) in one transaction.
+
+        A ``webhook_id`` makes it a Standard Webhooks message; without one its
+        deliveries carry HTTP Signatures.  The batch and content type are checked
+        here, whatever the entry point.
+        """
+        batch = _batch(batch)
         content_type = check_content_type(content_type)
-        check_sender_key(sender, conf.KEY_RESOLVER(sender))
         if not targets:
             return None
         max_attempts = min(batch.max_attempts or conf.MAX_ATTEMPTS, conf.MAX_ATTEMPTS)
@@ -115,6 +193,8 @@ class Outbox:
         with transaction.atomic():
             message = Message.objects.create(
                 sender=sender,
+                signing=Signing.STANDARD_WEBHOOKS if webhook_id else Signing.HTTP_SIGNATURES,
+                webhook_id=webhook_id,
                 body=body,
                 body_sha256=hashlib.sha256(body).digest(),
                 content_type=content_type,
@@ -153,3 +233,32 @@ class Outbox:
 
 
 outbox = Outbox()
+
+
+def _signed_body(sender: str, activity: Mapping[str, Any]) -> bytes:
+    """The activity's bytes, once the key resolver is known to have a key for ``sender``
+    that a worker can sign with (parsed here, cached per key)."""
+    body = serialise_activity(activity, conf.MAX_BODY_BYTES)
+    check_sender_key(sender, conf.KEY_RESOLVER(sender))
+    return body
+
+
+def _batch(batch: object) -> Batch:
+    """``batch``, or the default batch for ``None``; anything else is refused."""
+    if batch is None:
+        return Batch()
+    if not isinstance(batch, Batch):
+        raise InvalidBatch(f"batch must be a Batch, not {type(batch).__name__}")
+    return batch
+
+
+def _own_hosts(sender: str) -> list[str]:
+    """The hosts ``send`` leaves out by default: ``OUTBOX_LOCAL_HOSTS`` and the sender's."""
+    hosts = list(conf.LOCAL_HOSTS)
+    try:
+        host = urlsplit(sender).hostname
+    except ValueError:
+        host = None
+    if host:
+        hosts.append(host)
+    return hosts

@@ -72,13 +72,14 @@ def held_until(now: datetime, hold: float, deadline: datetime | None) -> Decisio
 
 
 def decide(outcome: Outcome, now: datetime) -> Decision:
-    """When the delivery of a failed, held, released or expired ``outcome`` is tried next."""
+    """When the delivery of a failed, held, released, paying or expired ``outcome`` is
+    tried next."""
     deadline = outcome.message.deadline
     if outcome.result is AttemptResult.EXPIRED:
         return Decision(None, "the batch's deadline passed before it was sent", True)
     if outcome.result is AttemptResult.HELD:
         return held_until(now, outcome.held_for or 0.0, deadline)
-    if outcome.result is AttemptResult.RELEASED:
+    if outcome.result in (AttemptResult.RELEASED, AttemptResult.PAYING):
         return Decision(now)
     return next_attempt(
         now=now,

@@ -10,7 +10,7 @@ from django_outbox.validation import check_batch_options
 
 @dataclass(frozen=True)
 class Batch:
-    """Options for one ``outbox.send``.
+    """Options for one ``outbox.send`` (or ``send_webhook``).
 
     ``tag`` finds the deliveries again (admin filter, signals); past
     ``deadline`` a delivery is given up rather than retried, so one dead
@@ -18,7 +18,7 @@ class Batch:
     reach each inbox in the order they were sent (a ``Delete`` never overtakes
     its ``Create``); ``max_attempts`` lowers the retry budget; ``low_priority``
     sends in the ``outbox.low`` lane when ``OUTBOX_LOW_LANE`` is on;
-    ``synchronize_collection`` adds a FEP-8fcf header.
+    ``synchronize_collection`` adds a FEP-8fcf header (ActivityPub only).
     """
 
     tag: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from django.conf import settings
@@ -10,6 +11,8 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django_outbox import columns
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
+from django_outbox.payments.paying import payment_client
+from django_outbox.payments.settings import DEFAULTS, problems
 from django_outbox.signing.http import Scheme
 from django_outbox.transport.addresses import parse_networks
 
@@ -32,11 +35,7 @@ _POSITIVE = (
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Check every ``OUTBOX_*`` setting that can be checked without a network."""
-    errors: list[CheckMessage] = []
-    try:
-        conf.KEY_RESOLVER  # noqa: B018 - resolving it is the check
-    except OutboxConfigurationError as error:
-        errors.append(Error(str(error), id="django_outbox.E001"))
+    errors = _check_resolvers()
     if conf.FIRST_SCHEME not in {s.value for s in Scheme}:
         errors.append(
             Error(
@@ -54,6 +53,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     except ValueError as error:
         errors.append(Error(f"OUTBOX_ALLOWED_NETWORKS: {error}", id="django_outbox.E004"))
     errors.extend(_check_caches())
+    errors.extend(_check_payments())
     for name in _POSITIVE:
         try:
             value = getattr(conf, name)
@@ -68,7 +68,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             Error(
                 f"OUTBOX_MAX_ATTEMPTS must be at most {columns.SMALL_INTEGER}.",
                 hint="Attempts are stored in a small integer column.",
-                id="django_outbox.E007",
+                id="django_outbox.E015",
             )
         )
     if conf.LEASE_SECONDS < 2 * conf.TOTAL_TIMEOUT + 10:
@@ -103,6 +103,40 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     return errors
 
 
+def _check_resolvers() -> list[CheckMessage]:
+    """Each resolver that is set must import; at least one of the two must be set.
+
+    ``OUTBOX_KEY_RESOLVER`` signs ActivityPub sends, ``OUTBOX_WEBHOOK_SECRET_RESOLVER``
+    webhooks: a project that sends only one kind sets only its resolver.
+    """
+    errors: list[CheckMessage] = []
+    key_set = getattr(settings, "OUTBOX_KEY_RESOLVER", None) is not None
+    webhook_set = getattr(settings, "OUTBOX_WEBHOOK_SECRET_RESOLVER", None) is not None
+    if not key_set and not webhook_set:
+        errors.append(
+            Error(
+                "Neither OUTBOX_KEY_RESOLVER nor OUTBOX_WEBHOOK_SECRET_RESOLVER is set.",
+                hint="Set OUTBOX_KEY_RESOLVER to send ActivityPub activities, "
+                "OUTBOX_WEBHOOK_SECRET_RESOLVER to send webhooks, or both.",
+                id="django_outbox.E001",
+            )
+        )
+    for is_set, name, check_id in (
+        (key_set, "KEY_RESOLVER", "django_outbox.E001"),
+        (webhook_set, "WEBHOOK_SECRET_RESOLVER", "django_outbox.E007"),
+    ):
+        try:
+            if is_set:
+                getattr(conf, name)
+        except OutboxConfigurationError as error:
+            errors.append(Error(str(error), id=check_id))
+    try:
+        conf.LOCAL_HOSTS  # noqa: B018 - reading it is the check
+    except OutboxConfigurationError as error:
+        errors.append(Error(str(error), id="django_outbox.E008"))
+    return errors
+
+
 def _check_caches() -> list[CheckMessage]:
     alias = conf.BREAKER_CACHE
     caches = getattr(settings, "CACHES", {})
@@ -127,3 +161,42 @@ def _check_caches() -> list[CheckMessage]:
             )
         ]
     return []
+
+
+def _check_id(key: str) -> str:
+    """The check id of a problem with the ``OUTBOX_PAYMENTS`` key ``key``."""
+    if key == "NETWORK":
+        return "django_outbox.E011"
+    if key == "CLIENT":
+        return "django_outbox.E013"
+    return "django_outbox.E012" if key in DEFAULTS and key != "OPTIONS" else "django_outbox.E010"
+
+
+def _check_payments() -> list[CheckMessage]:
+    """``OUTBOX_PAYMENTS``: its shape (E010), network (E011), numbers (E012), a client
+    that can be made (E013), and the ``payments`` extra installed (E014)."""
+    value = getattr(settings, "OUTBOX_PAYMENTS", None)
+    found = problems(value)
+    errors: list[CheckMessage] = [Error(message, id=_check_id(key)) for key, message in found]
+    if value is None or found:
+        return errors
+    configured = conf.PAYMENTS
+    assert configured is not None
+    if importlib.util.find_spec("bolt11") is None:
+        errors.append(
+            Error(
+                "OUTBOX_PAYMENTS is set but bolt11 is not installed.",
+                hint="pip install 'django-outbox[payments]'",
+                id="django_outbox.E014",
+            )
+        )
+    try:
+        payment_client(configured)
+    except Exception as error:  # whatever the client's constructor raises is the finding
+        errors.append(
+            Error(
+                f"OUTBOX_PAYMENTS['CLIENT'] cannot be made: {type(error).__name__}: {error}",
+                id="django_outbox.E013",
+            )
+        )
+    return errors

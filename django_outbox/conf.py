@@ -8,7 +8,7 @@ read at import time.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast, get_args
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from django.conf import settings
 from django.utils.module_loading import import_string
@@ -16,6 +16,10 @@ from django.utils.module_loading import import_string
 from django_outbox.breakers.policy import BreakerScope
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.keys import KeyResolver
+from django_outbox.payments.settings import PaymentSettings, read_payments
+
+if TYPE_CHECKING:
+    from django_outbox.signing.webhooks import WebhookSecretResolver
 
 MiB = 1 << 20
 
@@ -50,6 +54,32 @@ class Settings:
                 "django_outbox.keys.SenderKey for an actor."
             )
         return cast(KeyResolver, resolver)
+
+    @property
+    def WEBHOOK_SECRET_RESOLVER(self) -> WebhookSecretResolver:
+        """The application's webhook secret resolver: (sender, endpoint) -> secrets or None."""
+        resolver = _callable("OUTBOX_WEBHOOK_SECRET_RESOLVER", None)
+        if resolver is None:
+            raise OutboxConfigurationError(
+                "OUTBOX_WEBHOOK_SECRET_RESOLVER is not set: name the callable that returns "
+                "the webhook secrets of a sender's endpoint."
+            )
+        return cast("WebhookSecretResolver", resolver)
+
+    @property
+    def PREFER_SHARED_INBOX(self) -> bool:
+        """Whether ``send`` reaches recipients through their shared inbox when they have one."""
+        return bool(_get("OUTBOX_PREFER_SHARED_INBOX", True))
+
+    @property
+    def LOCAL_HOSTS(self) -> tuple[str, ...]:
+        """Hosts ``send`` never delivers to, besides the host of the sender's actor id."""
+        value = _get("OUTBOX_LOCAL_HOSTS", None) or ()
+        if isinstance(value, list | tuple | set | frozenset) and all(
+            isinstance(host, str) and host for host in value
+        ):
+            return tuple(value)
+        raise OutboxConfigurationError("OUTBOX_LOCAL_HOSTS must be a list of host names.")
 
     @property
     def SENDER_GONE(self) -> Callable[[str], bool] | None:
@@ -282,6 +312,11 @@ class Settings:
     def METRICS_TTL(self) -> float:
         """Seconds a scrape of the metrics reuses its snapshot of the database."""
         return float(_get("OUTBOX_METRICS_TTL", 30.0))
+
+    @property
+    def PAYMENTS(self) -> PaymentSettings | None:
+        """``OUTBOX_PAYMENTS``: how to pay destinations that answer 402, or None (pay nothing)."""
+        return read_payments(_get("OUTBOX_PAYMENTS", None))
 
 
 conf = Settings()

@@ -25,32 +25,46 @@ class InvalidSend(OutboxError, ValueError):
 
 
 class InvalidInbox(InvalidSend):
-    """An inbox is not an http(s) URL that every part of the package reads alike.
+    """An inbox or endpoint is not an http(s) URL that every part of the package reads alike.
 
     See :func:`django_outbox.transport.target.parse_target` for what is refused.
     """
 
 
 class TooManyInboxes(InvalidSend):
-    """One send names more distinct inboxes than ``OUTBOX_MAX_INBOXES``."""
+    """One send names more distinct inboxes or endpoints than ``OUTBOX_MAX_INBOXES``."""
+
+
+class BlockedEndpoint(InvalidInbox):
+    """A webhook endpoint names an address deliveries may not reach.
+
+    A loopback, private, link-local or otherwise non-public IP address written
+    in the URL, or ``localhost``, outside ``OUTBOX_ALLOWED_NETWORKS``.  Names
+    are not resolved at send time: the worker refuses those that resolve to
+    such an address when it connects.
+    """
 
 
 class InvalidActivity(InvalidSend):
-    """The activity is not a JSON object, or cannot be serialised to JSON."""
+    """The activity (or webhook payload) is not a JSON object, or cannot be serialised."""
 
 
 class BodyTooLarge(InvalidSend):
-    """The serialised activity is larger than ``OUTBOX_MAX_BODY_BYTES``."""
+    """The serialised activity or payload is larger than ``OUTBOX_MAX_BODY_BYTES``."""
 
 
 class UnknownSender(InvalidSend):
-    """The actor has no usable id, or the key resolver has no signing key for it."""
+    """The actor or sender has no usable id, or the key resolver has no signing key for it."""
 
 
 class InvalidSenderKey(InvalidSend):
     """The key resolver returned a key that cannot sign: not a :class:`SenderKey`, a key
     id that cannot be written into a signature, or a PEM that is not an unencrypted RSA
     or Ed25519 private key."""
+
+
+class UnknownEndpoint(InvalidSend):
+    """The webhook secret resolver has no secret for an endpoint of the sender."""
 
 
 class InvalidBatch(InvalidSend):

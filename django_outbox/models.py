@@ -1,4 +1,4 @@
-"""The durable record: one row per activity sent, one per inbox it goes to.
+"""The durable record: one row per activity or webhook sent, one per inbox it goes to.
 
 The database is the schedule and the source of truth; Celery only carries
 delivery ids.  A :class:`Message` holds the exact bytes that are sent, once,
@@ -55,18 +55,39 @@ class Lane(models.TextChoices):
     LOW = "outbox.low", "low"
 
 
+class Signing(models.TextChoices):
+    """How a message's deliveries are signed, which decides who provides the key."""
+
+    HTTP_SIGNATURES = "http-signatures", "HTTP Signatures (ActivityPub)"
+    STANDARD_WEBHOOKS = "standard-webhooks", "Standard Webhooks"
+
+
 class Message(models.Model):
-    """One activity as it is sent: its bytes, its sender and its batch options."""
+    """One activity or webhook as it is sent: its bytes, its sender and its batch options."""
 
     sender = models.CharField(
-        max_length=columns.URL, help_text="The actor id the body is signed as."
+        max_length=columns.URL,
+        help_text="The actor id (or webhook sender) the body is signed as.",
     )
-    body = models.BinaryField(help_text="The exact bytes POSTed to every inbox.")
+    signing = models.CharField(
+        max_length=20, choices=Signing.choices, default=Signing.HTTP_SIGNATURES
+    )
+    webhook_id = models.CharField(
+        max_length=255,
+        blank=True,
+        db_index=True,
+        help_text="The webhook-id header every attempt of every endpoint carries (webhooks).",
+    )
+    body = models.BinaryField(help_text="The exact bytes POSTed to every inbox or endpoint.")
     body_sha256 = models.BinaryField(max_length=32, help_text="SHA-256 of body, computed once.")
     content_type = models.CharField(
         max_length=columns.CONTENT_TYPE, default="application/activity+json"
     )
-    activity_type = models.CharField(max_length=columns.ACTIVITY_TYPE, blank=True)
+    activity_type = models.CharField(
+        max_length=columns.ACTIVITY_TYPE,
+        blank=True,
+        help_text="The activity's or webhook payload's type.",
+    )
     tag = models.CharField(max_length=columns.TAG, blank=True, db_index=True)
     deadline = models.DateTimeField(null=True, blank=True)
     ordering_key = models.CharField(max_length=columns.ORDERING_KEY, blank=True)
@@ -80,7 +101,9 @@ class Message(models.Model):
         ordering = ("-id",)
 
     def __str__(self) -> str:
-        label = self.activity_type or "message"
+        label = self.activity_type or (
+            "webhook" if self.signing == Signing.STANDARD_WEBHOOKS else "message"
+        )
         return f"{label} #{self.pk} from {self.sender}"
 
 
@@ -236,3 +259,23 @@ class Attempt(models.Model):
     def __str__(self) -> str:
         what = f"held x{self.times}" if self.held else (self.status or self.result)
         return f"attempt {self.number} of delivery {self.delivery_id}: {what}"
+
+
+# Paid push keeps its rows in its own module; Django finds models in this one.
+from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState  # noqa: E402
+
+__all__ = [
+    "FINAL_STATES",
+    "LIVE_STATES",
+    "SETTLED_STATES",
+    "Attempt",
+    "Delivery",
+    "DeliveryState",
+    "Host",
+    "Lane",
+    "Message",
+    "PaymentAttempt",
+    "PaymentBudget",
+    "PaymentState",
+    "locked",
+]

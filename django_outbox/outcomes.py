@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from django_outbox.payments.reports import PaymentReport
 from django_outbox.store.claimed import ClaimedRow, MessageData
 
 
@@ -37,11 +38,20 @@ class AttemptResult(StrEnum):
     HELD = "held"
     RELEASED = "released"
     EXPIRED = "expired"
+    #: A 402 whose invoice is now stored: tried again at once, to pay it.
+    PAYING = "paying"
 
 
-#: Results of claims that sent nothing, whose attempt is given back.
+#: Results of claims whose attempt is given back: nothing was sent, or a 402 asked to be
+#: paid first (payments have a cap of their own, ``MAX_PAYMENTS_PER_DELIVERY``).
 UNSPENT_RESULTS = frozenset(
-    (AttemptResult.HELD, AttemptResult.EXPIRED, AttemptResult.RELEASED, AttemptResult.SKIPPED)
+    (
+        AttemptResult.HELD,
+        AttemptResult.EXPIRED,
+        AttemptResult.RELEASED,
+        AttemptResult.SKIPPED,
+        AttemptResult.PAYING,
+    )
 )
 
 
@@ -51,8 +61,9 @@ class Outcome:
 
     ``row`` and ``message`` are what the claim returned and what was sent;
     ``retry_after`` is what the server asked with ``Retry-After`` and
-    ``held_for`` how long an open breaker asks to wait, both in seconds.  The
-    last four say what the attempt did, for its history and the metrics.
+    ``held_for`` how long an open breaker (or a payment) asks to wait, both in
+    seconds.  The next four say what the attempt did, for its history and the
+    metrics; ``payment`` what the attempt paid, or asks the recorder to store.
     """
 
     row: ClaimedRow
@@ -71,3 +82,4 @@ class Outcome:
     #: How a request ended without an answer: ``timeout``, ``connect``, ``blocked``
     #: or ``error``; ``""`` when an answer came or no request was made.
     failure: str = ""
+    payment: PaymentReport | None = None

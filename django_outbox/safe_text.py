@@ -29,14 +29,18 @@ def one_line(text: str, limit: int = ERROR_LIMIT) -> str:
 
 
 def shown(value: object, limit: int = 100) -> str:
-    """``value`` for an error message: a string quoted and cut short, else its type.
+    """``value`` for an error message: its repr, cut to about ``limit`` characters.
 
-    Only a string is shown: the repr of anything else can be huge, slow or raise
-    (that of an integer of 5,000 digits does).
+    A long string is cut before its repr is taken; a value whose repr fails (that
+    of an integer of 5,000 digits raises) is shown by its type.
     """
-    if isinstance(value, str):
-        return repr(value) if len(value) <= limit else repr(value[:limit]) + "..."
-    return f"a {type(value).__name__}"
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + "..."
+    try:
+        text = repr(value)
+    except Exception:
+        return f"an object of type {type(value).__name__}"
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _escape(char: str) -> str:

@@ -24,13 +24,38 @@ Every signal is sent with ``sender=Delivery`` and these keyword arguments:
     ``deadline`` (True when the batch's deadline was the reason).  A 410 here
     says the inbox or its server is gone.
 
+``payment_made``
+    When the Lightning node confirms a payment to a destination that answered
+    ``402`` (see ``docs/payments.md``).  ``delivery`` (the row, or ``None`` if
+    it was pruned), ``actor`` (whose budget paid), ``destination`` (the URL that
+    charged), ``amount_msat``, ``fee_msat`` (routing fee) and ``payment_hash``
+    (hex).  Never a preimage or a macaroon.
+
+``payment_failed``
+    When a stored payment attempt fails: the node says nothing was paid
+    (``paid=False``), or the destination refused the token it had just been paid
+    for (``paid=True``: the money is gone).  The arguments of ``payment_made``
+    and ``reason`` (str).
+
+``payment_budget_exceeded``
+    When paying a destination would pass ``OUTBOX_PAYMENTS['DAILY_BUDGET_MSAT']``
+    for the sender: the delivery is held until the next day (UTC), not failed.
+    ``delivery``, ``actor``, ``day`` (a ``date``, UTC), ``spent_msat`` (paid or
+    reserved that day), ``budget_msat`` and ``amount_msat`` (the price asked).
+    Sent for each delivery held.
+
+``delivery_settled`` also carries ``amount_msat``: what the delivery's own
+payment cost when it was delivered with it (0 for an unpaid destination, or a
+token another delivery paid for).
+
 Receivers run in the worker's recorder thread through ``send_robust``: one
 that raises is logged and does not stop delivery.  The signals of an attempt
 are sent before its row is saved, while the delivery is still claimed: a
 worker that dies in between leaves the delivery to be sent again and its
 signals sent again.  They are therefore at least once, and a receiver must
 tolerate running twice for one delivery; the ``delivery`` row passed in
-already carries its new state, which the database may not show yet.
+already carries its new state, which the database may not show yet.  The
+payment signals are sent once their change is committed, at most once each.
 """
 
 from __future__ import annotations
@@ -43,6 +68,9 @@ from django.dispatch import Signal
 delivery_attempted = Signal()
 delivery_settled = Signal()
 delivery_failed = Signal()
+payment_made = Signal()
+payment_failed = Signal()
+payment_budget_exceeded = Signal()
 
 logger = logging.getLogger("django_outbox.signals")
 

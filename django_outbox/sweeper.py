@@ -5,7 +5,9 @@ passed; reclaims deliveries whose lease lapsed (their worker died), failing
 those that have spent every attempt; dispatches deliveries that are due and
 have no Celery message (parked retries, a broker that was down or flushed);
 re-runs large fan-outs whose expansion was lost; frees ordered deliveries
-left waiting; and prunes finished rows past the retention period.  Every
+left waiting; resolves payments of finished deliveries (``OUTBOX_PAYMENTS``);
+and prunes finished rows past the retention period (payment attempts once their
+delivery is pruned).  Every
 change of state is :mod:`django_outbox.store.transitions`'.
 """
 
@@ -21,6 +23,8 @@ from django_outbox.conf import conf
 from django_outbox.dispatch import publish, start_expansion, take_undispatched
 from django_outbox.models import Message, PendingInboxes
 from django_outbox.operations import give_up
+from django_outbox.payments import ledger
+from django_outbox.payments.recovery import resolve_orphans
 from django_outbox.store import queries, transitions
 
 logger = logging.getLogger("django_outbox.sweeper")
@@ -69,6 +73,12 @@ def free_waiting() -> int:
     return sum(map(len, lanes.values()))
 
 
+def resolve_payments() -> int:
+    """Ask the node about the pending payments of finished deliveries."""
+    settings = conf.PAYMENTS
+    return resolve_orphans(settings) if settings is not None else 0
+
+
 def sweep() -> dict[str, int]:
     """One full pass; returns how many rows each step touched."""
     counts = {
@@ -77,7 +87,9 @@ def sweep() -> dict[str, int]:
         "dispatched": dispatch_due(),
         "expanded": expand_lost(),
         "freed": free_waiting(),
+        "payments": resolve_payments(),
         "pruned": transitions.prune(),
+        "pruned_payments": ledger.prune(conf.RETENTION_SECONDS),
     }
     if any(counts.values()):
         logger.info("sweep: %s", counts)

@@ -27,7 +27,12 @@ from django_outbox.exceptions import (
 )
 from django_outbox.keys import InvalidSigningKey, SenderKey, load_private_key, valid_key_id
 from django_outbox.safe_text import shown as _shown
-from django_outbox.transport.target import canonical_host, parse_target, well_formed_lines
+from django_outbox.transport.target import (
+    Target,
+    canonical_host,
+    parse_target,
+    well_formed_lines,
+)
 
 _TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
 _QUOTED = r'"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e]|\\[\t\x20-\x7e])*"'
@@ -42,7 +47,7 @@ def inbox_host(inbox: str) -> str:
     return canonical_host(inbox, columns.URL) or parse_target(inbox, columns.URL).host
 
 
-def clean_inboxes(inboxes: object, max_inboxes: int) -> list[str]:
+def clean_inboxes(inboxes: object, max_inboxes: int, noun: str = "inbox") -> list[str]:
     """The inboxes in canonical form, de-duplicated in their first order.
 
     Each inbox is read by :func:`~django_outbox.transport.target.parse_target`, as
@@ -50,9 +55,10 @@ def clean_inboxes(inboxes: object, max_inboxes: int) -> list[str]:
     spellings of one URL are one inbox).  Raises
     :class:`~django_outbox.exceptions.InvalidInbox` for the first bad one, or
     :class:`~django_outbox.exceptions.TooManyInboxes` past ``max_inboxes`` distinct.
+    Error messages call each URL a ``noun`` (webhooks have endpoints).
     """
     if isinstance(inboxes, str | bytes | bytearray):
-        raise InvalidInbox("inboxes must be a list of URLs, not a single string")
+        raise InvalidInbox(f"{noun}s must be a list of URLs, not a single string")
     if type(inboxes) is list or type(inboxes) is tuple:
         _refuse_too_many(inboxes, max_inboxes)
         clean = _clean_well_formed(inboxes, max_inboxes)
@@ -62,13 +68,23 @@ def clean_inboxes(inboxes: object, max_inboxes: int) -> list[str]:
         items = iter(inboxes)  # type: ignore[call-overload]
     except TypeError:
         raise InvalidInbox(
-            f"inboxes must be an iterable of URLs, not {type(inboxes).__name__}"
+            f"{noun}s must be an iterable of URLs, not {type(inboxes).__name__}"
         ) from None
     seen: dict[str, None] = {}
     for inbox in items:
-        seen.setdefault(parse_target(inbox, columns.URL).url, None)
+        seen.setdefault(_read(inbox, noun).url, None)
         check_inbox_count(len(seen), max_inboxes)
     return list(seen)
+
+
+def _read(inbox: object, noun: str) -> Target:
+    """``inbox`` read by ``parse_target``; its errors call the URL a ``noun``."""
+    try:
+        return parse_target(inbox, columns.URL)  # type: ignore[arg-type]
+    except InvalidInbox as error:
+        if noun == "inbox":
+            raise
+        raise InvalidInbox(str(error).replace("inbox", noun, 1)) from None
 
 
 def _refuse_too_many(inboxes: list[Any] | tuple[Any, ...], max_inboxes: int) -> None:
@@ -111,20 +127,30 @@ def _clean_well_formed(inboxes: list[Any] | tuple[Any, ...], max_inboxes: int) -
     return list(seen)
 
 
-def serialise_activity(activity: object, max_bytes: int) -> bytes:
-    """The exact bytes to send for ``activity``: compact UTF-8 JSON."""
+def serialise_activity(
+    activity: object,
+    max_bytes: int,
+    *,
+    encoder: type[json.JSONEncoder] | None = None,
+    noun: str = "activity",
+) -> bytes:
+    """The exact bytes to send for ``activity``: compact UTF-8 JSON.
+
+    ``encoder`` serialises what ``json`` cannot (webhooks use Django's, for
+    dates, decimals and UUIDs); error messages call the object a ``noun``.
+    """
     if not isinstance(activity, Mapping):
-        raise InvalidActivity(f"the activity must be a JSON object, not {type(activity).__name__}")
+        raise InvalidActivity(f"the {noun} must be a JSON object, not {type(activity).__name__}")
     try:
         body = json.dumps(
-            activity, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            activity, ensure_ascii=False, separators=(",", ":"), allow_nan=False, cls=encoder
         ).encode()
     except (TypeError, ValueError) as error:
-        raise InvalidActivity(f"the activity cannot be serialised to JSON: {error}") from None
+        raise InvalidActivity(f"the {noun} cannot be serialised to JSON: {error}") from None
     except RecursionError:
-        raise InvalidActivity("the activity is nested too deeply to serialise") from None
+        raise InvalidActivity(f"the {noun} is nested too deeply to serialise") from None
     if len(body) > max_bytes:
-        raise BodyTooLarge(f"the activity is {len(body)} bytes; the limit is {max_bytes}")
+        raise BodyTooLarge(f"the {noun} is {len(body)} bytes; the limit is {max_bytes}")
     return body
 
 
@@ -198,8 +224,8 @@ def check_sender_key(sender: str, key: object) -> SenderKey:
         raise UnknownSender(f"the key resolver has no key for {_shown(sender)}")
     if not isinstance(key, SenderKey):
         raise InvalidSenderKey(
-            f"the key resolver returned a {type(key).__name__} for {_shown(sender)}, "
-            "not a SenderKey"
+            f"the key resolver returned an object of type {type(key).__name__} for "
+            f"{_shown(sender)}, not a SenderKey"
         )
     if not valid_key_id(key.key_id):
         raise InvalidSenderKey(

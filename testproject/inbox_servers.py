@@ -32,7 +32,6 @@ import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 _MAX_HEAD = 64 * 1024
@@ -59,7 +58,8 @@ class Behaviour:
     """How a path answers: ``statuses`` in turn, the last repeating (``(500, 202)``);
     extra ``headers`` (``{"Retry-After": "120"}``); ``delay`` seconds first; ``silent``:
     never answer until stopped; ``trickle``: one byte every that many seconds;
-    ``scheme``: 401 unless signed that way (see :meth:`accept_only`)."""
+    ``scheme``: 401 unless signed that way (see :meth:`accept_only`); ``gate``: its
+    ``choose(behaviour, status, headers)`` may answer instead (an L402 paywall)."""
 
     statuses: Sequence[int] = (202,)
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -68,6 +68,7 @@ class Behaviour:
     silent: bool = False
     trickle: float | None = None
     scheme: str | None = None
+    gate: Any = None
 
     @classmethod
     def accept_only(cls, scheme: str, **options: Any) -> Behaviour:
@@ -118,9 +119,7 @@ class _Service:
     def __enter__(self) -> Any:
         return self.start()  # type: ignore[attr-defined]
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()  # type: ignore[attr-defined]
 
 
@@ -243,7 +242,8 @@ class InboxServer(_Service):
             index = self._counters.get(path, 0)
             self._counters[path] = index + 1
         status = behaviour.statuses[min(index, len(behaviour.statuses) - 1)]
-        return behaviour, status if behaviour.accepts(headers) else 401
+        gated = (behaviour, status if behaviour.accepts(headers) else 401)
+        return gated if behaviour.gate is None else behaviour.gate.choose(*gated, headers)
 
     async def _answer(
         self, writer: asyncio.StreamWriter, behaviour: Behaviour, status: int, keep: bool

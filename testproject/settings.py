@@ -119,6 +119,7 @@ CELERY_TASK_DEFAULT_QUEUE = "outbox"
 CELERY_BEAT_SCHEDULE_FILENAME = str(RUN_DIR / "celerybeat-schedule")
 
 OUTBOX_KEY_RESOLVER = "testproject.demo.keys.resolve"
+OUTBOX_WEBHOOK_SECRET_RESOLVER = "testproject.demo.webhooks.secrets"
 OUTBOX_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
 OUTBOX_COLLECTION_SYNCHRONIZATION = "testproject.demo.synchronization.collection_synchronization"
 globals().update(json.loads(os.environ.get("OUTBOX_SETTINGS_JSON", "{}")))

@@ -35,6 +35,7 @@ from django_outbox.metrics.tally import (
 )
 from django_outbox.models import FINAL_STATES, Lane
 from django_outbox.signing.http import Scheme
+from django_outbox.signing.webhooks import WEBHOOK_SCHEME
 from django_outbox.status.snapshot import STATES, Snapshot, cached_snapshot
 
 logger = logging.getLogger("django_outbox.metrics")
@@ -56,7 +57,7 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...], list[tuple[str, ...]]]] = {
     REQUESTS: (
         "HTTP requests made, by signature scheme (a second knock is a second request).",
         ("scheme",),
-        [(scheme.value,) for scheme in Scheme],
+        [*((scheme.value,) for scheme in Scheme), (WEBHOOK_SCHEME,)],
     ),
 }
 HISTOGRAM_HELP = {

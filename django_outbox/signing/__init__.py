@@ -1,7 +1,7 @@
-"""How a delivery is signed: HTTP Signatures for ActivityPub, remembered per origin.
+"""How a delivery is signed: HTTP Signatures for ActivityPub, Standard Webhooks for webhooks.
 
 ``http`` builds draft-cavage and RFC 9421 signatures; ``schemes`` remembers
-which of the two each origin accepted.
+which of the two each origin accepted; ``webhooks`` signs Standard Webhooks.
 """
 
 from django_outbox.signing.http import (

@@ -20,7 +20,7 @@ from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
-from django_outbox.models import Delivery, DeliveryState, Host, Message
+from django_outbox.models import Delivery, DeliveryState, Host, Message, Signing
 
 _counter = itertools.count()
 
@@ -80,6 +80,10 @@ class MessageData(NamedTuple):
     max_attempts: int
     #: When ``send`` stored it: the start of each delivery's send-to-settle time.
     created_at: datetime | None = None
+    #: How its deliveries are signed: a :class:`~django_outbox.models.Signing` value.
+    signing: str = Signing.HTTP_SIGNATURES.value
+    #: The ``webhook-id`` of every attempt (webhooks), or ``""``.
+    webhook_id: str = ""
 
 
 def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
@@ -95,6 +99,8 @@ def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
         "synchronize_collection",
         "max_attempts",
         "created_at",
+        "signing",
+        "webhook_id",
     )
     return {
         row[0]: MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:]) for row in rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from django.db.models import Exists, F, Min, OuterRef
+from django.db.models import Count, Exists, F, Min, OuterRef
 from django.utils import timezone
 
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
@@ -126,3 +126,14 @@ def lapsed_and_spent() -> list[int]:
             attempts__gte=F("message__max_attempts"),
         ).values_list("id", flat=True)[:STEP]
     )
+
+
+def queued_per_host(hosts: Iterable[str]) -> dict[str, int]:
+    """How many deliveries are queued for each of ``hosts`` (those with none are left out)."""
+    rows = (
+        Delivery.objects.filter(host__in=set(hosts), state=DeliveryState.QUEUED)
+        .order_by()
+        .values_list("host")
+        .annotate(n=Count("id"))
+    )
+    return dict(rows)

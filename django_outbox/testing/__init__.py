@@ -21,7 +21,7 @@ from django_outbox.testing.capture import (
 )
 from django_outbox.testing.delivery import DeliveryLoop
 from django_outbox.testing.inbox import Answer, FakeInbox, Handler, InboxRequest
-from django_outbox.testing.signatures import verify_signature
+from django_outbox.testing.signatures import verify_signature, verify_webhook
 
 __all__ = [
     "Answer",
@@ -35,4 +35,5 @@ __all__ = [
     "PublishedTask",
     "captured_sends",
     "verify_signature",
+    "verify_webhook",
 ]

@@ -5,19 +5,24 @@ a delivery; :func:`verify_signature` does the same checks on an
 :class:`~django_outbox.testing.inbox.InboxRequest`, so an application can
 assert what its actors' deliveries carry.  RFC 9421 is checked by
 ``http_message_signatures``' own verifier; draft-cavage by rebuilding the
-signing string the draft defines.
+signing string the draft defines.  :func:`verify_webhook` checks a webhook as
+a Standard Webhooks receiver does.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
+import hmac
 import re
+import time
 
 import requests
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
 from http_message_signatures import HTTPMessageVerifier, MappingKeyResolver
 from http_message_signatures import InvalidSignature as InvalidMessageSignature
@@ -25,6 +30,7 @@ from http_message_signatures.algorithms import ED25519, RSA_V1_5_SHA256
 
 from django_outbox.keys import SenderKey, load_private_key
 from django_outbox.signing import RFC9421_COVERED
+from django_outbox.signing.webhooks import WebhookSecret
 from django_outbox.testing.inbox import InboxRequest
 
 _PARAMETER = re.compile(r'([A-Za-z]+)="([^"]*)"')
@@ -88,5 +94,46 @@ def _verify_rfc9421(request: InboxRequest, key: SenderKey) -> bool:
     try:
         verifier.verify(message, body=request.body, require_components=RFC9421_COVERED)
     except InvalidMessageSignature:
+        return False
+    return True
+
+
+def verify_webhook(request: InboxRequest, secret: str, *, tolerance: float | None = 300.0) -> bool:
+    """Whether ``request`` carries a valid Standard Webhooks signature by ``secret``.
+
+    ``secret`` is what the endpoint's owner holds: a ``whsec_`` secret, which
+    one ``v1`` signature of the request must match, or for ``v1a`` the
+    ``whpk_`` public key (or the ``whsk_`` signing key itself).  As a receiver
+    requires, ``webhook-id`` and ``webhook-timestamp`` must be present and the
+    timestamp within ``tolerance`` seconds of now (``None``: any time).
+    """
+    msg_id = request.headers.get("webhook-id")
+    stamp = request.headers.get("webhook-timestamp")
+    signatures = request.headers.get("webhook-signature")
+    if not (msg_id and stamp and stamp.isdigit() and signatures):
+        return False
+    if tolerance is not None and abs(time.time() - int(stamp)) > tolerance:
+        return False
+    content = f"{msg_id}.{stamp}.".encode() + request.body
+    offered = [entry.partition(",")[::2] for entry in signatures.split(" ")]
+    if secret.startswith("whpk_"):
+        public = secret
+    else:
+        parsed = WebhookSecret(secret)
+        if parsed.public_key is None:  # whsec_: compare with the expected signature
+            expected = parsed.sign(content).encode()
+            return any(
+                scheme == "v1" and hmac.compare_digest(f"v1,{value}".encode(), expected)
+                for scheme, value in offered
+            )
+        public = parsed.public_key
+    key = Ed25519PublicKey.from_public_bytes(base64.b64decode(public.removeprefix("whpk_")))
+    return any(scheme == "v1a" and _ed25519_ok(key, value, content) for scheme, value in offered)
+
+
+def _ed25519_ok(key: Ed25519PublicKey, signature: str, content: bytes) -> bool:
+    try:
+        key.verify(base64.b64decode(signature, validate=True), content)
+    except (InvalidSignature, binascii.Error):
         return False
     return True

@@ -1,11 +1,16 @@
 """One attempt at one delivery, as a coroutine on the engine's event loop.
 
-It asks the circuit breaker, signs in the scheme the origin is known to
-accept, knocks again with the other scheme on a 400 or 401, POSTs, and turns
-what happened into an :class:`~django_outbox.outcomes.Outcome`.  It touches
-no database: the recorder saves the outcome.  What may block (a breaker kept
-in Redis, the shared cache of schemes) runs on the loop's executor, and only
-when this process's own copy cannot answer.
+It asks the circuit breaker, signs, POSTs, and turns what happened into an
+:class:`~django_outbox.outcomes.Outcome`.  An ActivityPub delivery is signed in
+the scheme its origin is known to accept, and knocks again with the other
+scheme on a 400 or 401; a webhook is signed with every secret of its endpoint
+(Standard Webhooks), afresh for each attempt, with its message's unchanging
+``webhook-id``.  With ``OUTBOX_PAYMENTS`` set,
+:func:`~django_outbox.payments.paying.exchange` makes the POST, paying and
+presenting L402 tokens.  It touches no database: the recorder saves the
+outcome.  What may block (a breaker kept in Redis, the shared cache of
+schemes, a payment client) runs on the loop's executor, and only when this
+process's own copy cannot answer.
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ from django_outbox.conf import conf
 from django_outbox.exceptions import InvalidInbox
 from django_outbox.keys import SenderKey
 from django_outbox.outcomes import AttemptResult, Outcome, server_failed
+from django_outbox.payments.paying import PaymentJob, exchange
+from django_outbox.payments.reports import PaymentReport
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
 from django_outbox.signing.schemes import remember, remember_here, remembered, remembered_here
+from django_outbox.signing.webhooks import WEBHOOK_SCHEME, WebhookKeys, sign_webhook
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
@@ -44,10 +52,13 @@ class Job:
 
     row: ClaimedRow
     message: MessageData
-    key: SenderKey
+    #: The sender's key (HTTP Signatures), or the endpoint's secrets (a webhook).
+    key: SenderKey | WebhookKeys
     #: Monotonic time after which it is given back unsent: its lease could lapse mid-send.
     send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
+    #: What to pay and present, when ``OUTBOX_PAYMENTS`` is set.
+    payment: PaymentJob | None = None
 
     def outcome(
         self,
@@ -74,11 +85,17 @@ _HELD = {
 
 
 async def _post(
-    transport: Transport, job: Job, url: str, scheme: Scheme, sent: list[str]
+    transport: Transport,
+    job: Job,
+    key: SenderKey,
+    url: str,
+    scheme: Scheme,
+    sent: list[str],
+    authorization: str | None,
 ) -> Response:
     headers = sign_headers(
         scheme,
-        job.key,
+        key,
         method="POST",
         url=url,
         body=job.message.body,
@@ -87,27 +104,51 @@ async def _post(
         extra_headers=job.extra_headers,
         covered_extra=tuple(name.lower() for name in job.extra_headers),
     )
+    if authorization is not None:
+        headers["Authorization"] = authorization  # a bearer token, not part of the message
     sent.append(scheme.value)
     return await transport.post(url, headers, job.message.body)
 
 
 async def _knock(
-    transport: Transport, job: Job, url: str, origin: str, sent: list[str]
+    transport: Transport,
+    job: Job,
+    key: SenderKey,
+    url: str,
+    sent: list[str],
+    authorization: str | None,
 ) -> Response:
     """POST to ``url`` in the origin's scheme, and in the other one after a 400 or 401."""
+    origin = parse_target(url).origin  # cached; read as the transport reads it
     here, known = remembered_here(origin)
     loop = asyncio.get_running_loop()
     if not here:
         known = await loop.run_in_executor(None, remembered, origin)
     first = known or Scheme(conf.FIRST_SCHEME)
-    response = await _post(transport, job, url, first, sent)
+    response = await _post(transport, job, key, url, first, sent, authorization)
     accepted = first
     if response.status in (400, 401):
         accepted = fallback_scheme(first)
-        response = await _post(transport, job, url, accepted, sent)
+        response = await _post(transport, job, key, url, accepted, sent, authorization)
     if 200 <= response.status < 300 and accepted != known and remember_here(origin, accepted):
         loop.run_in_executor(None, _share, origin, accepted)  # not awaited: nothing waits on it
     return response
+
+
+async def _signed_post(
+    transport: Transport, job: Job, url: str, sent: list[str], authorization: str | None = None
+) -> Response:
+    """POST the job's body to ``url``, signed as its message says."""
+    if isinstance(job.key, WebhookKeys):
+        message = job.message
+        headers = sign_webhook(
+            job.key, message.webhook_id, message.body, content_type=message.content_type
+        )
+        if authorization is not None:
+            headers["Authorization"] = authorization
+        sent.append(WEBHOOK_SCHEME)
+        return await transport.post(url, headers, message.body)
+    return await _knock(transport, job, job.key, url, sent, authorization)
 
 
 def _share(origin: str, scheme: Scheme) -> None:
@@ -127,6 +168,7 @@ class _Ending(NamedTuple):
     retry_after: float | None = None
     held_for: float | None = None
     failure: str = ""
+    payment: PaymentReport | None = None
 
 
 def _judge(response: Response) -> _Ending:
@@ -150,13 +192,13 @@ async def perform(
     sent: list[str] = []
     for url in job.row.via or [job.row.inbox]:
         ending = await _attempt_at(job, url, transport, breakers, policy, sent)
-        if ending.result is AttemptResult.DELIVERED:
-            break
+        if ending.result is AttemptResult.DELIVERED or ending.payment is not None:
+            break  # delivered, or a payment to record before any other gateway is tried
     duration = time.perf_counter() - began
-    result, status, error, retry_after, held_for, failure = ending
+    result, status, error, retry_after, held_for, failure, payment = ending
     return Outcome(
         job.row, job.message, result, status, error, retry_after, held_for,
-        started_at, duration, tuple(sent), failure,
+        started_at, duration, tuple(sent), failure, payment,
     )  # fmt: skip
 
 
@@ -181,25 +223,29 @@ async def _attempt_at(
         target = parse_target(url)
     except InvalidInbox as unusable:  # stored by an older version: it can never be sent
         return _Ending(AttemptResult.REFUSED, error=f"unusable URL: {unusable}", failure="error")
+    url = target.url
     key = ""
     admission: Admission | None = None
     loop = asyncio.get_running_loop()
     if policy is not None:
-        key = breaker_key(target.host, target.url, conf.BREAKER_SCOPE)
+        key = breaker_key(target.host, url, conf.BREAKER_SCOPE)
         admission = breakers.admit_now(key, policy)
         if admission is None:
             admission = await loop.run_in_executor(None, breakers.admit, key, policy)
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
-    try:
-        response = await _knock(transport, job, target.url, target.origin, sent)
-    except BlockedAddress as error:
-        ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
-    except TransportError as error:
-        ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
+    if job.payment is not None:
+        ending = await _paid_attempt(job, job.payment, url, transport, sent)
     else:
-        ending = _judge(response)
+        try:
+            response = await _signed_post(transport, job, url, sent)
+        except BlockedAddress as error:
+            ending = _Ending(AttemptResult.REFUSED, error=str(error), failure="blocked")
+        except TransportError as error:
+            ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
+        else:
+            ending = _judge(response)
     if policy is not None:
         failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
         if not breakers.record_now(key, policy, failed=failed, admission=admission):
@@ -207,3 +253,19 @@ async def _attempt_at(
                 None, lambda: breakers.record(key, policy, failed=failed, admission=admission)
             )
     return ending
+
+
+async def _paid_attempt(
+    job: Job, payment: PaymentJob, url: str, transport: Transport, sent: list[str]
+) -> _Ending:
+    """An attempt that may pay: :func:`~django_outbox.payments.paying.exchange` POSTs."""
+    size = len(job.message.body)
+
+    async def post(authorization: str | None) -> Response:
+        return await _signed_post(transport, job, url, sent, authorization)
+
+    done = await exchange(payment, url, size, post)
+    if done.response is not None:
+        return _judge(done.response)._replace(payment=done.report)
+    assert done.result is not None
+    return _Ending(done.result, done.status, done.error, payment=done.report)

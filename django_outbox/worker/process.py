@@ -2,9 +2,13 @@
 
 The first ``deliver`` task in a process starts its :class:`~django_outbox.worker.engine.Engine`
 (an event loop in a thread), its recorder thread, its HTTP transport and its
-breaker store; they live until the process stops.  A task claims its rows, loads the message
-bodies (cached: they never change) and signing keys (cached for a while),
-and hands the deliveries to the engine.
+breaker store; they live until the process stops.  A task claims its rows,
+loads the message bodies (cached: they never change) and signing keys or
+webhook secrets (cached for a while), and hands the deliveries to the engine.
+Secrets are resolved here, in the task's thread, because the sending coroutines
+never touch the database; they travel in the
+:class:`~django_outbox.worker.attempt.Job`, in memory, never in a Celery
+message or a row.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from django_outbox.dispatch import publish
 from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
 from django_outbox.metrics.recording import stop_recording, watch_engine
-from django_outbox.models import Delivery, DeliveryState, Lane
+from django_outbox.models import Delivery, DeliveryState, Lane, Signing
 from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.payments.claims import payment_jobs
+from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookKeys, as_webhook_keys
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.queries import not_yet_due
 from django_outbox.store.transitions import claim, release
@@ -38,6 +44,10 @@ from django_outbox.worker.recorder import Recorder
 logger = logging.getLogger("django_outbox.worker")
 
 _KEY_TTL = 300.0
+#: Seconds a webhook endpoint's secrets are reused: short, so that a rotation
+#: (or a secret removed once receivers use the new one) is seen within a minute.
+_WEBHOOK_KEYS_TTL = 60.0
+_CACHED_SENDERS = 10_000
 _MESSAGES_KEPT = 256
 #: Seconds between looks for priority-lane work while a task waits for room.
 _URGENT_POLL = 0.05
@@ -75,6 +85,7 @@ class WorkerProcess:
         watch_engine(self.engine.usage)
         self._messages: OrderedDict[int, MessageData] = OrderedDict()
         self._keys: dict[str, tuple[SenderKey | None, float]] = {}
+        self._webhook_keys: dict[tuple[str, str], tuple[WebhookKeys | None, float]] = {}
         self._lock = threading.Lock()
 
     async def _send(self, job: Job) -> None:
@@ -115,15 +126,33 @@ class WorkerProcess:
         if cached is not None and cached[1] > now:
             return cached[0]
         key = conf.KEY_RESOLVER(sender)
-        if len(self._keys) > 10_000:
+        if len(self._keys) > _CACHED_SENDERS:
             self._keys.clear()
         self._keys[sender] = (key, now + _KEY_TTL)
         return key
 
+    def webhook_keys_for(self, sender: str, endpoint: str) -> WebhookKeys | None:
+        """The endpoint's webhook secrets, asking the resolver at most once a minute.
+
+        Raises :class:`InvalidWebhookSecret` (not cached) when the resolver's
+        answer does not parse.
+        """
+        now = time.monotonic()
+        cached = self._webhook_keys.get((sender, endpoint))
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        keys = resolve_webhook_keys(sender, endpoint)
+        if len(self._webhook_keys) > _CACHED_SENDERS:
+            self._webhook_keys.clear()
+        self._webhook_keys[(sender, endpoint)] = (keys, now + _WEBHOOK_KEYS_TTL)
+        return keys
+
     def jobs_for(self, claimed: list[ClaimedRow]) -> list[Job]:
         """The jobs to send for ``claimed``; those not to send go to the recorder at once."""
         messages = self.messages(row.message_id for row in claimed)
-        return prepare_jobs(claimed, messages, self.key_for, self.recorder.put)
+        return prepare_jobs(
+            claimed, messages, self.key_for, self.recorder.put, self.webhook_keys_for
+        )
 
     def stop(self, timeout: float) -> None:
         """Release what never started at once; give what runs ``timeout`` to finish.
@@ -174,14 +203,21 @@ def prepare_jobs(
     messages: Mapping[int, MessageData],
     key_for: Callable[[str], SenderKey | None],
     settle: Callable[[Outcome], None],
+    webhook_keys_for: Callable[[str, str], WebhookKeys | None] | None = None,
 ) -> list[Job]:
     """The jobs to send for ``claimed``; the outcomes of those not to send go to ``settle``.
 
     A delivery past its batch's deadline expires, one to an unavailable host
     is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
-    its key is refused.  ``messages`` holds the message of every claimed row and
-    ``key_for`` gives a sender's key.
+    its key (or whose endpoint its webhook secret) is refused, and one whose
+    webhook secret does not parse is retried.  ``messages`` holds the message
+    of every claimed row; ``key_for`` gives a sender's key and
+    ``webhook_keys_for`` an endpoint's secrets (by default, the resolver's
+    answer, asked each time).  With ``OUTBOX_PAYMENTS`` set, each job carries
+    its delivery's open payment attempt and its host's kept token, and a
+    delivery whose host another one is paying is held.
     """
+    payments, wait = payment_jobs(claimed)
     now = timezone.now()
     unavailable = unavailable_hosts()
     skip = conf.SKIP_UNAVAILABLE
@@ -192,19 +228,55 @@ def prepare_jobs(
     jobs: list[Job] = []
     for row in claimed:
         message = messages[row.message_id]
-        key = key_for(message.sender)
         if message.deadline is not None and message.deadline <= now:
             settle(Outcome(row, message, AttemptResult.EXPIRED))
-        elif row.host in unavailable and skip(row.inbox, message.activity_type):
+            continue
+        if row.host in unavailable and skip(row.inbox, message.activity_type):
             error = f"skipped: {row.host} is marked unavailable"
             settle(Outcome(row, message, AttemptResult.SKIPPED, error=error))
-        elif key is None:
-            error = f"the key resolver no longer has a key for {message.sender}"
-            settle(Outcome(row, message, AttemptResult.REFUSED, error=error))
+            continue
+        try:
+            signer = _signer(message, row.inbox, key_for, webhook_keys_for or resolve_webhook_keys)
+        except InvalidWebhookSecret as invalid:
+            error = f"internal: unusable webhook secret: {invalid}"
+            settle(Outcome(row, message, AttemptResult.RETRY, error=error))
+            continue
+        if isinstance(signer, str):
+            settle(Outcome(row, message, AttemptResult.REFUSED, error=signer))
+        elif row.id in wait:
+            error = "held: a payment to this host is under way"
+            settle(Outcome(row, message, AttemptResult.HELD, error=error, held_for=wait[row.id]))
         else:
             extra = _synchronization(message, row.inbox)
-            jobs.append(Job(row, message, key, send_by, extra))
+            jobs.append(Job(row, message, signer, send_by, extra, payments.get(row.id)))
     return jobs
+
+
+def resolve_webhook_keys(sender: str, endpoint: str) -> WebhookKeys | None:
+    """The endpoint's secrets as ``OUTBOX_WEBHOOK_SECRET_RESOLVER`` answers now (no cache)."""
+    return as_webhook_keys(conf.WEBHOOK_SECRET_RESOLVER(sender, endpoint))
+
+
+def _signer(
+    message: MessageData,
+    inbox: str,
+    key_for: Callable[[str], SenderKey | None],
+    webhook_keys_for: Callable[[str, str], WebhookKeys | None],
+) -> SenderKey | WebhookKeys | str:
+    """What signs ``message`` to ``inbox``: a sender key, webhook secrets, or why none.
+
+    A string is the error of a delivery refused for it: the resolver no longer
+    has a key for the sender, or a secret for the endpoint.
+    """
+    if message.signing == Signing.STANDARD_WEBHOOKS:
+        keys = webhook_keys_for(message.sender, inbox)
+        if keys is None:
+            return f"the webhook secret resolver no longer has a secret for {inbox}"
+        return keys
+    key = key_for(message.sender)
+    if key is None:
+        return f"the key resolver no longer has a key for {message.sender}"
+    return key
 
 
 def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:

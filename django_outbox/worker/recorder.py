@@ -23,8 +23,10 @@ from django.db import DatabaseError, connections
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
 from django_outbox.metrics.recording import record_batch
+from django_outbox.models import Signing
 from django_outbox.notify import AttemptSignals
 from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.payments.ledger import record_payments
 from django_outbox.store.transitions import (
     OutcomePlan,
     plan_outcomes,
@@ -40,11 +42,18 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
 
     The signals go first, as the rows are still claimed: a process that dies
     before saving leaves the deliveries to be sent again, and their signals
-    sent again, which is what makes them at least once.  Returns the plan, whose
+    sent again, which is what makes them at least once.  Payment reports are
+    written before either (:func:`~django_outbox.payments.ledger.record_payments`),
+    and may turn an outcome into a hold or a refusal.  Returns the plan, whose
     retries and successors :func:`publish_effects` publishes once it is saved.
     What was saved is counted for the metrics.
     """
-    plan = plan_outcomes([_unless_sender_gone(outcome) for outcome in outcomes])
+    outcomes = [_unless_sender_gone(outcome) for outcome in outcomes]
+    payments = conf.PAYMENTS
+    if payments is not None:
+        # Committed first: what was paid is kept even if the claim was lost meanwhile.
+        outcomes = record_payments(outcomes, payments)
+    plan = plan_outcomes(outcomes)
     signals = AttemptSignals()
     for outcome, fields in plan.decided:
         signals.note(outcome, fields)
@@ -63,8 +72,13 @@ def publish_effects(plan: OutcomePlan) -> None:
 
 def _unless_sender_gone(outcome: Outcome) -> Outcome:
     """``outcome`` as a refusal when its status is one after which the sender may be
-    gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and the key resolver says it is."""
+    gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and the key resolver says it is.
+
+    Webhooks are left as they are: their senders are not actors the key resolver knows.
+    """
     if outcome.result is not AttemptResult.RETRY:
+        return outcome
+    if outcome.message.signing != Signing.HTTP_SIGNATURES:
         return outcome
     if outcome.status not in conf.SENDER_GONE_STATUSES:
         return outcome

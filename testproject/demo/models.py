@@ -16,6 +16,7 @@ class SignalLog(models.Model):
     outcome = models.CharField(max_length=20, blank=True)
     deadline = models.BooleanField(null=True)
     held = models.BooleanField(null=True)
+    amount_msat = models.BigIntegerField(null=True)
 
     def __str__(self) -> str:
         return f"{self.signal} {self.inbox}"

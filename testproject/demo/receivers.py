@@ -6,22 +6,30 @@ from typing import Any
 
 from django.dispatch import receiver
 
-from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled
+from django_outbox.signals import (
+    delivery_attempted,
+    delivery_failed,
+    delivery_settled,
+    payment_budget_exceeded,
+    payment_failed,
+    payment_made,
+)
 from testproject.demo.models import SignalLog
 
 
 def _log(name: str, kwargs: dict[str, Any]) -> None:
     SignalLog.objects.create(
         signal=name,
-        delivery_id=kwargs["delivery"].pk,
-        inbox=kwargs["inbox"],
+        delivery_id=kwargs["delivery"].pk if kwargs["delivery"] is not None else 0,
+        inbox=kwargs.get("inbox") or kwargs.get("destination", ""),
         actor=kwargs["actor"],
         status=kwargs.get("status"),
-        error=kwargs.get("error", ""),
+        error=kwargs.get("error") or kwargs.get("reason", ""),
         tag=kwargs.get("tag", ""),
         outcome=kwargs.get("outcome", ""),
         deadline=kwargs.get("deadline"),
         held=kwargs.get("held"),
+        amount_msat=kwargs.get("amount_msat"),
     )
 
 
@@ -41,3 +49,21 @@ def log_settled(sender: type, **kwargs: Any) -> None:
 def log_failed(sender: type, **kwargs: Any) -> None:
     """Log a delivery given up on."""
     _log("failed", kwargs)
+
+
+@receiver(payment_made)
+def log_payment_made(sender: type, **kwargs: Any) -> None:
+    """Log a payment the node confirmed."""
+    _log("payment_made", kwargs)
+
+
+@receiver(payment_failed)
+def log_payment_failed(sender: type, **kwargs: Any) -> None:
+    """Log a payment attempt that failed."""
+    _log("payment_failed", kwargs)
+
+
+@receiver(payment_budget_exceeded)
+def log_budget_exceeded(sender: type, **kwargs: Any) -> None:
+    """Log a delivery held by the daily budget."""
+    _log("budget_exceeded", kwargs)

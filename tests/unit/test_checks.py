@@ -35,9 +35,19 @@ def test_the_test_project_is_clean() -> None:
 @pytest.mark.parametrize(
     ("settings", "expected"),
     [
-        ({"OUTBOX_KEY_RESOLVER": None}, ["E001"]),
+        ({"OUTBOX_KEY_RESOLVER": None, "OUTBOX_WEBHOOK_SECRET_RESOLVER": None}, ["E001"]),
         ({"OUTBOX_KEY_RESOLVER": "no.such.module.resolve"}, ["E001"]),
         ({"OUTBOX_KEY_RESOLVER": 42}, ["E001"]),
+        # A project that sends only webhooks, or only activities, sets one resolver.
+        ({"OUTBOX_KEY_RESOLVER": None}, []),
+        ({"OUTBOX_WEBHOOK_SECRET_RESOLVER": None}, []),
+        ({"OUTBOX_WEBHOOK_SECRET_RESOLVER": "no.such.module.secrets"}, ["E007"]),
+        ({"OUTBOX_WEBHOOK_SECRET_RESOLVER": 42}, ["E007"]),
+        ({"OUTBOX_LOCAL_HOSTS": "demo.example"}, ["E008"]),
+        ({"OUTBOX_LOCAL_HOSTS": [""]}, ["E008"]),
+        ({"OUTBOX_LOCAL_HOSTS": [None]}, ["E008"]),
+        ({"OUTBOX_LOCAL_HOSTS": 7}, ["E008"]),
+        ({"OUTBOX_LOCAL_HOSTS": {"a.example", "b.example"}}, []),
         ({"OUTBOX_FIRST_SCHEME": "hs2019"}, ["E002"]),
         ({"OUTBOX_BREAKER_SCOPE": "planet"}, ["E003"]),
         ({"OUTBOX_ALLOWED_NETWORKS": ["10.0.0.0/33"]}, ["E004"]),
@@ -50,7 +60,7 @@ def test_the_test_project_is_clean() -> None:
         ({"OUTBOX_BREAKER_COOL_OFF": 0}, ["E006"]),
         ({"OUTBOX_TOTAL_TIMEOUT": 0}, ["E006"]),
         ({"OUTBOX_MAX_INBOXES": 0}, ["E006"]),
-        ({"OUTBOX_MAX_ATTEMPTS": 40_000}, ["E007"]),
+        ({"OUTBOX_MAX_ATTEMPTS": 40_000}, ["E015"]),
         # The in-flight maximum defaults to four times the concurrency: both are wrong.
         ({"OUTBOX_CONCURRENCY": 0}, ["E006", "E006"]),
         # A lease of nothing is shorter than two requests, too.
@@ -58,7 +68,14 @@ def test_the_test_project_is_clean() -> None:
         ({"OUTBOX_LEASE_SECONDS": 30, "OUTBOX_TOTAL_TIMEOUT": 30}, ["W003"]),
         ({"OUTBOX_LEASE_SECONDS": 70, "OUTBOX_TOTAL_TIMEOUT": 30}, []),
         ({"OUTBOX_MAX_THREADS": 256}, ["W004"]),
-        ({"OUTBOX_KEY_RESOLVER": None, "OUTBOX_FIRST_SCHEME": "hs2019"}, ["E001", "E002"]),
+        (
+            {
+                "OUTBOX_KEY_RESOLVER": None,
+                "OUTBOX_WEBHOOK_SECRET_RESOLVER": None,
+                "OUTBOX_FIRST_SCHEME": "hs2019",
+            },
+            ["E001", "E002"],
+        ),
     ],
     ids=lambda value: (
         "gives " + ",".join(value or ["nothing"])

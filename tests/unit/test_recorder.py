@@ -27,7 +27,7 @@ SIGNALS = {"attempted": delivery_attempted, "settled": delivery_settled, "failed
 #: The keyword arguments of each signal, as signals.py and docs/signals.md list them.
 DOCUMENTED = {
     "attempted": {"delivery", "inbox", "actor", "status", "error", "held", "outcome"},
-    "settled": {"delivery", "inbox", "actor", "tag", "outcome", "status"},
+    "settled": {"delivery", "inbox", "actor", "tag", "outcome", "status", "amount_msat"},
     "failed": {"delivery", "inbox", "actor", "status", "error", "tag", "deadline"},
 }
 

@@ -161,3 +161,34 @@ def test_nothing_but_invalid_send_escapes(
         return outbox.send(actor, activity, inboxes, batch=built, content_type=content_type)  # type: ignore[arg-type]
 
     stored_as_contacted_or_refused(call)
+
+
+@SETTINGS
+@given(
+    sender=mostly(st.just("shop"), ANYTHING),
+    payload=mostly(st.just({"type": "order.paid", "id": 7}), ACTIVITIES),
+    endpoints=mostly(st.lists(st.sampled_from(TYPICAL), max_size=3), INBOX_LISTS | ANYTHING),
+    batch=mostly(st.none(), BATCHES),
+    content_type=mostly(st.just("application/json"), CONTENT_TYPES),
+    webhook_id=mostly(st.none(), st.text(max_size=20) | ANYTHING),
+)
+def test_nothing_but_invalid_send_escapes_a_webhook(
+    sender: object,
+    payload: object,
+    endpoints: object,
+    batch: object,
+    content_type: object,
+    webhook_id: object,
+) -> None:
+    def call() -> object:
+        built = Batch(**batch.kwargs) if isinstance(batch, BatchArguments) else batch
+        return outbox.send_webhook(
+            sender,  # type: ignore[arg-type]
+            payload,  # type: ignore[arg-type]
+            endpoints,  # type: ignore[arg-type]
+            batch=built,  # type: ignore[arg-type]
+            content_type=content_type,  # type: ignore[arg-type]
+            webhook_id=webhook_id,  # type: ignore[arg-type]
+        )
+
+    stored_as_contacted_or_refused(call)

@@ -278,7 +278,9 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
         "dispatched": 1,
         "expanded": 1,
         "freed": 1,
+        "payments": 0,
         "pruned": 1,
+        "pruned_payments": 0,
     }
     assert "sweep: " in caplog.text
     assert states(expired, lapsed, parked, stranded) == [FAILED, QUEUED, QUEUED, QUEUED]

@@ -2,7 +2,8 @@
 
 Migrates, starts 40 inbox hosts on 127.0.0.x in this process (most answer 202,
 some fail first, one refuses, one wants RFC 9421 signatures, one never answers,
-one asks to come back later), starts ``celery -A testproject worker -Q
+one asks to come back later, one charges per message over L402 and is paid through
+a fake Lightning node in this process), starts ``celery -A testproject worker -Q
 outbox.priority,outbox`` on the same database and broker, sends one activity to
 every inbox in one transaction and a one-inbox priority send while that runs,
 shows progress, sweeps every few seconds (no beat runs), and prints what each
@@ -35,8 +36,10 @@ from django.db.models.functions import Coalesce
 from django_outbox import Batch, outbox
 from django_outbox.models import FINAL_STATES, Delivery, DeliveryState
 from testproject.demo.keys import ACTOR
+from testproject.demo.paid import PRICE_MSAT, Lightning, paid_msat
 from testproject.demo.progress import ProgressLine, Snapshot, snapshot
 from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
+from testproject.lightning.l402_inbox import L402Gate
 
 #: Settings of the worker (and of this process): quick retries so that the demo ends.
 DEMO_SETTINGS: dict[str, Any] = {
@@ -71,8 +74,8 @@ class Group:
         return self.behaviour(index) if callable(self.behaviour) else self.behaviour
 
 
-def groups(hosts: int) -> list[Group]:
-    """The demo's mix of hosts: all but eight are quick and healthy."""
+def groups(hosts: int, gate: L402Gate) -> list[Group]:
+    """The demo's mix of hosts: all but nine are quick and healthy."""
     special = [
         Group("500, then 202", "delivered", 3, 8, Behaviour(statuses=(500, 202), delay=0.03)),
         Group(
@@ -92,6 +95,13 @@ def groups(hosts: int) -> list[Group]:
         Group("202 after 0.5 s", "delivered", 1, 20, Behaviour(delay=0.5)),
         Group("410 Gone", "refused", 1, 20, Behaviour(statuses=(410,), delay=0.03)),
         Group("silent (times out)", "failed", 1, 2, Behaviour(silent=True)),
+        Group(
+            f"402 L402, {PRICE_MSAT:,} msat a message",
+            "delivered",
+            1,
+            10,
+            Behaviour(delay=0.03, gate=gate),
+        ),
     ]
     quick = hosts - sum(g.hosts for g in special)
     if quick < 1:
@@ -181,12 +191,12 @@ def _die_with_parent() -> None:
 class Worker:
     """``celery -A testproject worker`` in a process group of its own."""
 
-    def __init__(self, run_dir: Path, concurrency: int) -> None:
+    def __init__(self, run_dir: Path, concurrency: int, extra: dict[str, Any]) -> None:
         self.log = run_dir / "worker.log"
         env = dict(os.environ)
         env.update(
             OUTBOX_RUN_DIR=str(run_dir),
-            OUTBOX_SETTINGS_JSON=json.dumps({**DEMO_SETTINGS, **broker_overrides()}),
+            OUTBOX_SETTINGS_JSON=json.dumps({**DEMO_SETTINGS, **broker_overrides(), **extra}),
             DJANGO_SETTINGS_MODULE="testproject.settings",
             PYTHONPATH=os.pathsep.join(
                 p for p in (str(settings.BASE_DIR), env.get("PYTHONPATH", "")) if p
@@ -301,8 +311,9 @@ class Command(BaseCommand):
         call_command("migrate", verbosity=0)
         use_demo_settings()
 
-        plan = groups(options["hosts"])
-        with farm_for(plan) as farm:
+        lightning = Lightning()
+        plan = groups(options["hosts"], lightning.gate)
+        with farm_for(plan) as farm, lightning.lnd:
             inboxes = spread_inboxes(plan, options["inboxes"])
             first, last = farm.servers[0].host, farm.servers[-1].host
             print(
@@ -314,7 +325,7 @@ class Command(BaseCommand):
                     f"  {group.hosts:>3} x {group.label:<32} {len(group.inboxes):>5,} inboxes"
                     f"  -> expect {group.expect}"
                 )
-            worker = Worker(run_dir, options["concurrency"])
+            worker = Worker(run_dir, options["concurrency"], lightning.settings())
             print(f"worker: {' '.join(worker.command)}  (log: {shown(worker.log)})")
             poll = broker_overrides().get("CELERY_BROKER_TRANSPORT_OPTIONS", {})
             extra = f" (broker polling_interval {poll['polling_interval']} s)" if poll else ""
@@ -323,6 +334,7 @@ class Command(BaseCommand):
             try:
                 worker.wait_ready()
                 ok = self.run(plan, farm, inboxes, worker, options["timeout"])
+                print(lightning.summary(self.sent_at))
                 print("stopping the worker (SIGTERM) and the inbox servers ...", end=" ")
                 stopped = time.monotonic()
             finally:
@@ -341,7 +353,7 @@ class Command(BaseCommand):
     ) -> bool:
         from django_outbox.sweeper import sweep
 
-        sent_at = time.time()
+        sent_at = self.sent_at = time.time()
         started = time.monotonic()
         with transaction.atomic():
             fanout = outbox.send(
@@ -420,7 +432,7 @@ class Command(BaseCommand):
         }
         head = (
             f"{'host behaviour':<34}{'hosts':>6}{'inboxes':>8}{'delivered':>10}{'refused':>8}"
-            f"{'failed':>7}{'other':>6}{'attempts':>9}{'requests':>9}  expected"
+            f"{'failed':>7}{'other':>6}{'attempts':>9}{'requests':>9}{'paid msat':>10}  expected"
         )
         print("\n" + head + "\n" + "-" * (len(head) + 2))
         mismatches = []
@@ -434,21 +446,23 @@ class Command(BaseCommand):
             main = ("delivered", "refused", "failed")
             other = sum(n for s, n in states.items() if s not in main)
             requests = sum(server.request_count for server in group.servers)
+            paid = paid_msat(group.inboxes)
             good = states.get(group.expect, 0) == len(group.inboxes)
             if not good:
                 mismatches.append(group.label)
             print(
                 f"{group.label:<34}{group.hosts:>6}{len(group.inboxes):>8,}"
                 f"{states.get('delivered', 0):>10,}{states.get('refused', 0):>8,}"
-                f"{states.get('failed', 0):>7,}{other:>6,}{attempts:>9,}{requests:>9,}"
+                f"{states.get('failed', 0):>7,}{other:>6,}{attempts:>9,}{requests:>9,}{paid:>10,}"
                 f"  {'all ' + group.expect if good else 'NOT all ' + group.expect}"
             )
         totals = rows.order_by().aggregate(
             attempts=Coalesce(Sum("attempts"), 0), last=Max("finished_at")
         )
-        last_delivered = rows.filter(state=DeliveryState.DELIVERED).aggregate(
-            at=Max("finished_at")
-        )["at"]
+        # The paid host's deliveries pay one after another: timed in the payments line.
+        paid_inboxes = [i for g in plan if g.behaviour_for(0).gate for i in g.inboxes]
+        free = rows.filter(state=DeliveryState.DELIVERED).exclude(inbox__in=paid_inboxes)
+        last_delivered = free.aggregate(at=Max("finished_at"))["at"]
         states = dict(rows.order_by().values_list("state").annotate(n=Count("id")))
         delivered = states.get(DeliveryState.DELIVERED, 0)
         print()
@@ -461,17 +475,13 @@ class Command(BaseCommand):
         )
         if last_delivered is not None and delivered:
             span = last_delivered.timestamp() - sent_at
-            finished = [
-                t.timestamp() - sent_at
-                for t in rows.filter(state=DeliveryState.DELIVERED).values_list(
-                    "finished_at", flat=True
-                )
-            ]
-            finished.sort()
+            finished = sorted(
+                t.timestamp() - sent_at for t in free.values_list("finished_at", flat=True)
+            )
             p50, p95 = finished[len(finished) // 2], finished[int(len(finished) * 0.95) - 1]
             print(
-                f"end-to-end: {delivered:,} delivered {span:.1f} s after send -> "
-                f"{delivered / span:,.0f} deliveries/s (half were in by {p50:.1f} s, "
+                f"end-to-end: {len(finished):,} delivered to unpaid hosts {span:.1f} s after "
+                f"send -> {len(finished) / span:,.0f} deliveries/s (half were in by {p50:.1f} s, "
                 f"95% by {p95:.1f} s)"
             )
         if priority:

@@ -41,7 +41,7 @@ def move_back(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_outbox", "0004_observability"),
+        ("django_outbox", "0005_webhooks"),
     ]
 
     operations = [

@@ -1,0 +1,215 @@
+"""Decode a BOLT11 invoice and decide whether, and how much, to pay it.
+
+Pure functions: every policy value (network, price cap, rate, minimum, clock) is an
+argument, so the worker passes what its settings say and tests pass what they need.
+
+*Network* is the invoice's bech32 currency prefix, as BOLT11 spells it: ``"bc"``
+(mainnet), ``"tb"`` (testnet), ``"tbs"`` (signet), ``"bcrt"`` (regtest, invoices
+starting ``lnbcrt``).  *Amounts* are millisatoshis.  The defaults follow Bison Relay's
+push payments: 100 msat per byte of message, at least 1,000 msat, and an invoice is
+treated as expired :data:`EXPIRY_AFFORDANCE` seconds before it really expires, so that
+it cannot run out while the payment is on its way.
+
+``bolt11`` (the ``payments`` extra) is imported when the first invoice is decoded,
+so this module loads without it.  Decoding verifies the invoice's signature (the
+``bolt11`` package recovers or checks the payee key) and requires a payment hash, a
+payment secret and a description.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_outbox.exceptions import OutboxConfigurationError
+from django_outbox.payments.challenge import MAX_INVOICE_CHARS, L402Challenge
+from django_outbox.payments.errors import ChallengeRefused, InvoiceRefused, Reason
+from django_outbox.payments.macaroons import decode_macaroon, l402_identifier
+from django_outbox.payments.settings import NETWORKS
+
+#: Seconds before its expiry at which an invoice is no longer paid (Bison Relay: 15 s).
+EXPIRY_AFFORDANCE = 15.0
+#: Default price of an amountless invoice, per byte of message (Bison Relay: 100 msat).
+RATE_MSAT_PER_BYTE = 100
+#: Default smallest payment for an amountless invoice (Bison Relay: 1,000 msat).
+MINIMUM_MSAT = 1000
+
+
+@dataclass(frozen=True)
+class DecodedInvoice:
+    """What the sender needs from a BOLT11 invoice."""
+
+    invoice: str = field(repr=False)
+    network: str
+    amount_msat: int | None
+    payment_hash: str
+    created_at: int
+    expiry: int
+    payee: str
+
+    @property
+    def expires_at(self) -> int:
+        """Unix time at which the invoice expires."""
+        return self.created_at + self.expiry
+
+    def is_expired(self, now: float | None = None, affordance: float = EXPIRY_AFFORDANCE) -> bool:
+        """Whether the invoice expires within ``affordance`` seconds of ``now``."""
+        return (time.time() if now is None else now) + affordance >= self.expires_at
+
+
+@dataclass(frozen=True)
+class PaymentTerms:
+    """A checked invoice and what to pay for it.
+
+    ``amount_msat`` is what leaves the wallet (before routing fees);
+    ``pay_amount_msat`` is what to pass to a client's ``pay``: ``None`` when the
+    invoice names its amount (nodes refuse an amount for those), else ``amount_msat``.
+    """
+
+    invoice: DecodedInvoice
+    amount_msat: int
+
+    @property
+    def pay_amount_msat(self) -> int | None:
+        """The amount argument for ``PaymentClient.pay``."""
+        return None if self.invoice.amount_msat is not None else self.amount_msat
+
+
+def check_network(network: str) -> str:
+    """Return ``network`` if it is a BOLT11 currency prefix, else raise a configuration error."""
+    if network not in NETWORKS:
+        known = ", ".join(f"{k!r} ({v})" for k, v in NETWORKS.items())
+        raise OutboxConfigurationError(f"unknown Lightning network {network!r}; use one of {known}")
+    return network
+
+
+def decode_invoice(invoice: str) -> DecodedInvoice:
+    """Decode and verify a BOLT11 invoice; :class:`InvoiceRefused` if it cannot be."""
+    if len(invoice) > MAX_INVOICE_CHARS:
+        raise InvoiceRefused(
+            Reason.INVOICE_TOO_LARGE, f"{len(invoice)} characters > {MAX_INVOICE_CHARS}"
+        )
+    if not (invoice.isascii() and invoice.isalnum()):
+        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "not bech32 text")
+    bolt11 = _bolt11()
+    try:
+        decoded = bolt11.decode(invoice)
+        payment_hash, payee = decoded.payment_hash, decoded.payee
+        created_at, expiry = int(decoded.date), int(decoded.expiry)
+    # Hostile input reaches a third-party parser (bech32, bitstring, coincurve): whatever
+    # it raises, the invoice cannot be used.
+    except Exception as exc:
+        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, type(exc).__name__) from None
+    amount = None if decoded.amount_msat is None else int(decoded.amount_msat)
+    if amount is not None and amount <= 0:
+        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "amount is not positive")
+    return DecodedInvoice(
+        invoice=invoice,
+        network=decoded.currency,
+        amount_msat=amount,
+        payment_hash=payment_hash,
+        created_at=created_at,
+        expiry=expiry,
+        payee=payee or "",
+    )
+
+
+def _bolt11() -> Any:
+    """The ``bolt11`` module, imported on first use: only a site that pays needs it."""
+    try:
+        import bolt11
+    except ImportError:
+        raise OutboxConfigurationError(
+            "paying destinations needs bolt11: pip install 'django-outbox[payments]'"
+        ) from None
+    return bolt11
+
+
+def push_amount(
+    size: int, *, rate_msat_per_byte: int = RATE_MSAT_PER_BYTE, minimum_msat: int = MINIMUM_MSAT
+) -> int:
+    """What to pay an amountless invoice for a ``size``-byte message: max(minimum, size x rate)."""
+    if size < 0 or rate_msat_per_byte < 0 or minimum_msat < 0:
+        raise ValueError("size, rate and minimum cannot be negative")
+    return max(minimum_msat, size * rate_msat_per_byte)
+
+
+def check_invoice(
+    invoice: str | DecodedInvoice,
+    *,
+    network: str,
+    max_price_msat: int,
+    size: int,
+    rate_msat_per_byte: int = RATE_MSAT_PER_BYTE,
+    minimum_msat: int = MINIMUM_MSAT,
+    payment_hash: str | None = None,
+    now: float | None = None,
+    affordance: float = EXPIRY_AFFORDANCE,
+) -> PaymentTerms:
+    """Decide whether to pay ``invoice`` for a ``size``-byte message, and how much.
+
+    Refuses (:class:`InvoiceRefused`, ``reason`` saying which) an invoice that cannot be
+    decoded, is for another ``network``, expires within ``affordance`` seconds, costs
+    more than ``max_price_msat`` (an amountless one is priced by :func:`push_amount`
+    first), or whose payment hash is not ``payment_hash`` (hex) when given.
+    """
+    decoded = invoice if isinstance(invoice, DecodedInvoice) else decode_invoice(invoice)
+    check_network(network)
+    if decoded.network != network:
+        raise InvoiceRefused(
+            Reason.WRONG_NETWORK, f"invoice is for {decoded.network!r}, we pay on {network!r}"
+        )
+    if payment_hash is not None and decoded.payment_hash != payment_hash.lower():
+        raise InvoiceRefused(
+            Reason.HASH_MISMATCH,
+            f"invoice hash {decoded.payment_hash[:16]} is not {payment_hash[:16]}",
+        )
+    clock = time.time() if now is None else now
+    if decoded.is_expired(clock, affordance):
+        raise InvoiceRefused(
+            Reason.INVOICE_EXPIRED,
+            f"expires at {decoded.expires_at}, now {int(clock)} with {affordance:g} s to spare",
+        )
+    if decoded.amount_msat is not None:
+        amount = decoded.amount_msat
+    else:
+        amount = push_amount(size, rate_msat_per_byte=rate_msat_per_byte, minimum_msat=minimum_msat)
+    if amount > max_price_msat:
+        raise InvoiceRefused(Reason.OVER_PRICE, f"{amount} msat > cap {max_price_msat} msat")
+    return PaymentTerms(decoded, amount)
+
+
+def macaroon_payment_hash(challenge: L402Challenge) -> str:
+    """The payment hash (hex) that the challenge's L402 macaroon names."""
+    try:
+        data = challenge.macaroon_bytes
+    except ValueError:
+        raise ChallengeRefused(Reason.MACAROON_NOT_BASE64, "the macaroon is not base64") from None
+    return l402_identifier(decode_macaroon(data).identifier).payment_hash_hex
+
+
+def check_challenge(
+    challenge: L402Challenge,
+    *,
+    network: str,
+    max_price_msat: int,
+    size: int,
+    rate_msat_per_byte: int = RATE_MSAT_PER_BYTE,
+    minimum_msat: int = MINIMUM_MSAT,
+    now: float | None = None,
+    affordance: float = EXPIRY_AFFORDANCE,
+) -> PaymentTerms:
+    """:func:`check_invoice` on the challenge's invoice, which must be the one its
+    macaroon names (else ``hash_mismatch``; an unreadable macaroon is ``macaroon_invalid``)."""
+    return check_invoice(
+        challenge.invoice,
+        network=network,
+        max_price_msat=max_price_msat,
+        size=size,
+        rate_msat_per_byte=rate_msat_per_byte,
+        minimum_msat=minimum_msat,
+        payment_hash=macaroon_payment_hash(challenge),
+        now=now,
+        affordance=affordance,
+    )

@@ -1,0 +1,358 @@
+"""Every change of a payment attempt, and of the daily budgets: nothing else writes them.
+
+::
+
+       402, checked ──► pending ──► paid ──► used (token kept for the host) ──► retired
+       (budget reserved,  │          │
+        committed before  │          └──► failed (the destination refused the paid token)
+        anything is paid) └──► failed (the node says nothing was paid; budget given back)
+
+The recorder calls :func:`record_payments` with each batch of outcomes, in a
+transaction of its own that commits before the deliveries' new states: a payment
+is a fact about money and is kept even when the delivery's claim was lost.  A claim
+calls :func:`open_attempts` and :func:`kept_tokens` to hand the sending threads what
+to pay and what to present.  The budget of a sender's day is one row raised by a
+conditional ``UPDATE``, so every worker sees one total and none can overspend it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from django_outbox.models import FINAL_STATES, Delivery
+from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
+from django_outbox.payments.reports import Challenge, Change, KeptToken, OpenAttempt, Settlement
+from django_outbox.payments.settings import PaymentSettings
+from django_outbox.signals import (
+    payment_budget_exceeded,
+    payment_failed,
+    payment_made,
+    send_logged,
+)
+
+_OPEN = (PaymentState.PENDING, PaymentState.PAID)
+
+
+def _at(seconds: float) -> datetime:
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def _day(moment: datetime) -> date:
+    return moment.astimezone(UTC).date()
+
+
+# ------------------------------------------------------------------ claims ---
+
+
+def open_attempts(delivery_ids: Sequence[int]) -> dict[int, OpenAttempt]:
+    """The newest pending or paid attempt of each of ``delivery_ids`` that has one."""
+    found: dict[int, OpenAttempt] = {}
+    rows = PaymentAttempt.objects.filter(
+        delivery_id__in=list(delivery_ids), state__in=_OPEN
+    ).order_by("delivery_id", "-id")
+    for row in rows:
+        if row.delivery_id is None or row.delivery_id in found:
+            continue
+        found[row.delivery_id] = OpenAttempt(
+            attempt_id=row.pk,
+            destination=row.destination,
+            state=row.state,
+            scheme=row.scheme,
+            payment_hash=row.payment_hash,
+            amount_msat=row.amount_msat,
+            pay_amount_msat=row.pay_amount_msat,
+            invoice_expires_at=row.invoice_expires_at.timestamp(),
+            expires_at=row.expires_at.timestamp(),
+            invoice=row.invoice,
+            macaroon=row.macaroon,
+            preimage=row.preimage,
+        )
+    return found
+
+
+def kept_tokens(hosts: Iterable[str]) -> dict[str, KeptToken]:
+    """The newest token each of ``hosts`` accepted, unexpired and not refused since."""
+    found: dict[str, KeptToken] = {}
+    rows = (
+        PaymentAttempt.objects.filter(
+            host__in=set(hosts),
+            state=PaymentState.USED,
+            retired_at__isnull=True,
+            expires_at__gt=timezone.now(),
+        )
+        .order_by("host", "-paid_at")
+        .values_list("host", "id", "scheme", "macaroon", "preimage")
+    )
+    for host, pk, scheme, macaroon, preimage in rows:
+        found.setdefault(host, KeptToken(pk, host, scheme, macaroon, preimage))
+    return found
+
+
+def paying_hosts(hosts: Iterable[str]) -> dict[str, int | None]:
+    """Which of ``hosts`` have a payment under way, and the delivery it is for."""
+    rows = PaymentAttempt.objects.filter(host__in=set(hosts), state=PaymentState.PENDING)
+    return dict(rows.values_list("host", "delivery_id"))
+
+
+def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:
+    """``(id, payment hash)`` of pending attempts that no live delivery will resolve:
+    their delivery finished (given up, refused) or was pruned.  They block their host."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    rows = PaymentAttempt.objects.filter(state=PaymentState.PENDING, created_at__lt=cutoff)
+    rows = rows.filter(Q(delivery__isnull=True) | Q(delivery__state__in=FINAL_STATES))
+    return list(rows.order_by("id").values_list("id", "payment_hash")[:limit])
+
+
+def settle(settlements: Iterable[Settlement]) -> None:
+    """Apply ``settlements`` found outside a delivery's attempt (the sweeper's lookups)."""
+    signals = _Signals()
+    with transaction.atomic():
+        for settlement in settlements:
+            _settle(settlement, signals)
+    signals.send()
+
+
+def prune(older_than: float) -> int:
+    """Delete settled attempts (not pending) created longer ago than ``older_than``
+    seconds whose delivery is pruned, and budget days as old; how many attempts."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    old = PaymentAttempt.objects.filter(created_at__lt=cutoff, delivery__isnull=True)
+    ids = list(old.exclude(state=PaymentState.PENDING).values_list("id", flat=True)[:5000])
+    deleted, _ = PaymentAttempt.objects.filter(id__in=ids).delete()
+    PaymentBudget.objects.filter(day__lt=_day(cutoff)).delete()
+    return deleted
+
+
+# ------------------------------------------------------------------ budget ---
+
+
+def _reserve(sender: str, day: date, amount: int, budget: int) -> bool:
+    """Add ``amount`` to the sender's spending on ``day`` if it stays within ``budget``."""
+    new = PaymentBudget(sender=sender, day=day)
+    PaymentBudget.objects.bulk_create([new], ignore_conflicts=True)
+    return bool(
+        PaymentBudget.objects.filter(
+            sender=sender, day=day, spent_msat__lte=budget - amount
+        ).update(spent_msat=F("spent_msat") + amount)
+    )
+
+
+def _release(sender: str, day: date, amount: int) -> None:
+    if amount > 0:
+        PaymentBudget.objects.filter(sender=sender, day=day, spent_msat__gte=amount).update(
+            spent_msat=F("spent_msat") - amount
+        )
+
+
+def spent_today(sender: str) -> int:
+    """What ``sender`` has paid or reserved today (UTC), in millisatoshis."""
+    row = PaymentBudget.objects.filter(sender=sender, day=_day(timezone.now())).first()
+    return row.spent_msat if row else 0
+
+
+# ----------------------------------------------------------------- outcomes ---
+
+
+class _Signals:
+    """Signals of one batch, sent once it is committed."""
+
+    def __init__(self) -> None:
+        self.made: list[int] = []  # attempt ids
+        self.failed: list[tuple[int, str]] = []  # attempt id, reason
+        self.over_budget: list[dict[str, Any]] = []
+
+    def send(self) -> None:
+        if self.made and payment_made.has_listeners(Delivery):
+            for attempt in _attempts(self.made):
+                send_logged(payment_made, Delivery, **_payment_args(attempt))
+        if self.failed and payment_failed.has_listeners(Delivery):
+            reasons = dict(self.failed)
+            for attempt in _attempts(reasons):
+                args = {**_payment_args(attempt), "reason": reasons[attempt.pk]}
+                send_logged(payment_failed, Delivery, **args, paid=attempt.paid_at is not None)
+        if self.over_budget and payment_budget_exceeded.has_listeners(Delivery):
+            rows = Delivery.objects.in_bulk([n["delivery"] for n in self.over_budget])
+            for note in self.over_budget:
+                note["delivery"] = rows.get(note["delivery"])
+                send_logged(payment_budget_exceeded, Delivery, **note)
+
+
+def _attempts(ids: Iterable[int]) -> list[PaymentAttempt]:
+    return list(PaymentAttempt.objects.filter(id__in=list(ids)).select_related("delivery"))
+
+
+def _payment_args(attempt: PaymentAttempt) -> dict[str, Any]:
+    return {
+        "delivery": attempt.delivery,
+        "amount_msat": attempt.amount_msat,
+        "fee_msat": attempt.fee_msat,
+        "payment_hash": attempt.payment_hash,
+        "destination": attempt.destination,
+        "actor": attempt.sender,
+    }
+
+
+def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> list[Outcome]:
+    """Write the payment reports of ``outcomes``; the outcomes as the ledger leaves them.
+
+    A challenge is stored ``pending`` with its budget reserved, and its delivery comes
+    back at once to pay it (``paying``); over the day's budget it is held to the next
+    day, while another payment to the host is under way it is held briefly, and past
+    ``MAX_PAYMENTS_PER_DELIVERY`` it is refused.  Commits before returning.
+    """
+    if not any(outcome.payment is not None for outcome in outcomes):
+        return list(outcomes)
+    signals = _Signals()
+    with transaction.atomic():
+        result = [_record(outcome, settings, signals) for outcome in outcomes]
+    signals.send()
+    return result
+
+
+def _record(outcome: Outcome, settings: PaymentSettings, signals: _Signals) -> Outcome:
+    report = outcome.payment
+    if report is None:
+        return outcome
+    for settlement in report.settlements:
+        _settle(settlement, signals)
+    if report.challenge is None:
+        return outcome
+    return _open(outcome, report.challenge, settings, signals)
+
+
+def _settle(settlement: Settlement, signals: _Signals) -> None:
+    """Apply one settlement; each is conditional on the state it leaves, so that a batch
+    saved twice (the recorder retries after a database error) changes nothing twice."""
+    now = timezone.now()
+    rows = PaymentAttempt.objects.filter(id=settlement.attempt_id)
+    change = settlement.change
+    if change is Change.PAID:
+        # A failed attempt that was never paid can still turn out paid (the node knew
+        # better); one the destination refused after paying cannot be paid again.
+        attempt = rows.filter(
+            Q(state=PaymentState.PENDING) | Q(state=PaymentState.FAILED, paid_at__isnull=True)
+        ).first()
+        if attempt is None:
+            return
+        fee = settlement.fee_msat
+        rows.filter(state=attempt.state).update(
+            state=PaymentState.PAID,
+            preimage=settlement.preimage,
+            fee_msat=fee,
+            paid_at=now,
+            reason="",
+            reserved_msat=attempt.amount_msat + fee,
+        )
+        spent, day = attempt.amount_msat + fee, _day(attempt.created_at)
+        if attempt.state == PaymentState.FAILED:  # given back too early: take it again
+            budget = PaymentBudget.objects.filter(sender=attempt.sender, day=day)
+            budget.update(spent_msat=F("spent_msat") + spent)
+        else:
+            _release(attempt.sender, day, attempt.reserved_msat - spent)
+        signals.made.append(attempt.pk)
+    elif change is Change.FAILED:
+        attempt = rows.filter(state=PaymentState.PENDING).first()
+        if attempt is not None and rows.filter(state=PaymentState.PENDING).update(
+            state=PaymentState.FAILED, reason=settlement.reason[:500], reserved_msat=0
+        ):
+            _release(attempt.sender, _day(attempt.created_at), attempt.reserved_msat)
+            signals.failed.append((attempt.pk, settlement.reason))
+    elif change is Change.USED:
+        rows.filter(state__in=(PaymentState.PAID, PaymentState.USED)).update(
+            state=PaymentState.USED, uses=F("uses") + 1
+        )
+    elif change is Change.REJECTED:
+        if rows.filter(state=PaymentState.PAID).update(
+            state=PaymentState.FAILED, reason=settlement.reason[:500]
+        ):
+            signals.failed.append((settlement.attempt_id, settlement.reason))
+    elif change is Change.RETIRED:
+        rows.filter(state=PaymentState.USED, retired_at__isnull=True).update(
+            retired_at=now, reason=settlement.reason[:500]
+        )
+
+
+def _next_day(now: datetime) -> float:
+    midnight = datetime.combine(_day(now) + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+    return (midnight - now).total_seconds()
+
+
+def _open(
+    outcome: Outcome, challenge: Challenge, settings: PaymentSettings, signals: _Signals
+) -> Outcome:
+    """Store ``challenge`` as a pending attempt of the outcome's delivery, within budget."""
+    row, sender = outcome.row, outcome.message.sender
+    spent = PaymentAttempt.objects.filter(delivery_id=row.id).filter(
+        Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING)
+    )
+    if spent.count() >= settings.max_payments_per_delivery:
+        error = (
+            f"payment refused: paid {settings.max_payments_per_delivery} times and the "
+            f"destination never accepted ({outcome.error})"
+        )
+        return replace(outcome, result=AttemptResult.REFUSED, error=error)
+    now = timezone.now()
+    reserve = challenge.amount_msat + settings.max_fee_msat
+    try:
+        with transaction.atomic():
+            PaymentAttempt.objects.create(
+                delivery_id=row.id,
+                sender=sender,
+                host=row.host,
+                destination=challenge.destination,
+                scheme=challenge.scheme,
+                invoice=challenge.invoice,
+                payment_hash=challenge.payment_hash,
+                macaroon=challenge.macaroon,
+                amount_msat=challenge.amount_msat,
+                pay_amount_msat=challenge.pay_amount_msat,
+                reserved_msat=reserve,
+                created_at=now,
+                invoice_expires_at=_at(challenge.invoice_expires_at),
+                expires_at=now + timedelta(seconds=settings.token_lifetime),
+            )
+            if not _reserve(sender, _day(now), reserve, settings.daily_budget_msat):
+                raise _OverBudget
+    except _OverBudget:
+        signals.over_budget.append(
+            {
+                "delivery": row.id,
+                "actor": sender,
+                "day": _day(now),
+                "spent_msat": spent_today(sender),
+                "budget_msat": settings.daily_budget_msat,
+                "amount_msat": challenge.amount_msat,
+            }
+        )
+        error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
+        return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_next_day(now))
+    except IntegrityError:
+        error = "held: another payment to this host is under way"
+        return replace(
+            outcome, result=AttemptResult.HELD, error=error, held_for=settings.hold_while_paying
+        )
+    return outcome
+
+
+class _OverBudget(Exception):
+    """Raised inside the savepoint to undo the attempt just written."""
+
+
+__all__ = [
+    "kept_tokens",
+    "open_attempts",
+    "orphans",
+    "paying_hosts",
+    "prune",
+    "record_payments",
+    "settle",
+    "spent_today",
+]

@@ -1,0 +1,103 @@
+"""What a sending thread tells the recorder about payments, and what a claim tells the thread.
+
+Sending threads touch no database, so payments travel as values: a claim loads the
+delivery's open attempt and the host's kept token (:class:`OpenAttempt`,
+:class:`KeptToken`), the thread pays and sends, and its
+:class:`~django_outbox.outcomes.Outcome` carries a :class:`PaymentReport` that
+:mod:`django_outbox.payments.ledger` writes.  Secrets (macaroon, preimage) stay out of
+every ``repr``; they only cross threads, never processes or the broker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from django_outbox.payments.challenge import authorization
+
+
+@dataclass(frozen=True)
+class KeptToken:
+    """A token a host accepted before, presented first to that host."""
+
+    attempt_id: int
+    host: str
+    scheme: str
+    macaroon: str = field(repr=False)
+    preimage: str = field(repr=False)
+
+    def authorization(self) -> str:
+        """The ``Authorization`` value presenting this token."""
+        return authorization(self.macaroon, self.preimage, scheme=self.scheme)
+
+
+@dataclass(frozen=True)
+class OpenAttempt:
+    """A delivery's stored attempt that is ``pending`` or ``paid`` (not yet accepted).
+
+    Times are Unix seconds.  ``preimage`` is set once paid.
+    """
+
+    attempt_id: int
+    #: The URL that asked for it: its token is presented there and nowhere else.
+    destination: str
+    state: str
+    scheme: str
+    payment_hash: str
+    amount_msat: int
+    pay_amount_msat: int | None
+    invoice_expires_at: float
+    expires_at: float
+    invoice: str = field(repr=False)
+    macaroon: str = field(repr=False)
+    preimage: str = field(default="", repr=False)
+
+    def authorization(self, preimage: str) -> str:
+        """The ``Authorization`` value of this attempt's token with ``preimage``."""
+        return authorization(self.macaroon, preimage, scheme=self.scheme)
+
+
+@dataclass(frozen=True)
+class Challenge:
+    """A checked ``402`` challenge, to be stored as a pending attempt before anything is paid."""
+
+    destination: str
+    scheme: str
+    payment_hash: str
+    amount_msat: int
+    pay_amount_msat: int | None
+    invoice_expires_at: float
+    invoice: str = field(repr=False)
+    macaroon: str = field(repr=False)
+
+
+class Change(StrEnum):
+    """What happened to a stored attempt."""
+
+    PAID = "paid"  # the node confirmed it: preimage and fee known
+    FAILED = "failed"  # the node says nothing was paid (or the invoice ran out unpaid)
+    USED = "used"  # the destination accepted its token
+    REJECTED = "rejected"  # the destination refused the token it had just been paid for
+    RETIRED = "retired"  # the destination no longer accepts a kept token
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One change to the stored attempt ``attempt_id``."""
+
+    attempt_id: int
+    change: Change
+    preimage: str = field(default="", repr=False)
+    fee_msat: int = 0
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PaymentReport:
+    """The payment side of one attempt: ``settlements`` of stored attempts, in order, and
+    maybe a new ``challenge`` to store; ``paid_msat`` is what the delivery's own payment
+    cost when the attempt delivered with it (``delivery_settled``'s ``amount_msat``)."""
+
+    settlements: tuple[Settlement, ...] = ()
+    challenge: Challenge | None = None
+    paid_msat: int = 0

@@ -1,0 +1,376 @@
+"""Paid push through the worker's own steps on SQLite: claim, send, record.
+
+Each round claims the delivery, builds its job (``jobs_for``: the open attempt and the
+host's kept token), sends it with the real transport to an L402 inbox on loopback,
+pays with the fake LND, and records the outcome (ledger, then the delivery's state).
+No Celery, no Redis: what a worker does between two broker messages, by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import date, timedelta
+from typing import Any
+
+import pytest
+from django.dispatch import Signal
+from django.test import override_settings
+from django.utils import timezone
+
+from django_outbox import outbox
+from django_outbox.models import Delivery, DeliveryState, PaymentAttempt, PaymentBudget
+from django_outbox.outcomes import Outcome
+from django_outbox.payments.ledger import kept_tokens, open_attempts, spent_today
+from django_outbox.signals import (
+    delivery_settled,
+    payment_budget_exceeded,
+    payment_failed,
+    payment_made,
+)
+from django_outbox.store.claimed import new_token
+from django_outbox.store.transitions import claim
+from django_outbox.worker.attempt import perform
+from django_outbox.worker.process import this_process
+from django_outbox.worker.recorder import apply_outcomes
+from testproject.demo.keys import ACTOR
+from testproject.lightning.issuer import InvoiceIssuer
+from testproject.lightning.l402_inbox import L402Gate, L402InboxServer, Mode
+from testproject.lightning.lnd import FakeLndServer
+from testproject.lightning.node import FakeNode
+
+pytestmark = pytest.mark.django_db
+NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "x"}
+PRICE = 10_000
+
+
+def payments(lnd: FakeLndServer, **extra: Any) -> dict[str, Any]:
+    return {
+        "CLIENT": "django_outbox.payments.clients.lnd.LndRestClient",
+        "OPTIONS": {"url": lnd.url, "macaroon_hex": lnd.macaroon_hex, "timeout": 5},
+        "NETWORK": "bcrt",
+        "MAX_FEE_MSAT": 100,
+        **extra,
+    }
+
+
+@pytest.fixture(autouse=True)
+def _no_redis() -> Iterator[None]:
+    """Caches in memory: these tests run without Redis."""
+    from django_outbox.signing.schemes import forget_local
+
+    memory = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    with override_settings(CACHES=memory, OUTBOX_BREAKER_CACHE=None):
+        forget_local()
+        yield
+
+
+@pytest.fixture
+def configured(lnd: FakeLndServer) -> Iterator[None]:
+    with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
+        yield
+
+
+def serve(issuer: InvoiceIssuer, **options: Any) -> L402InboxServer:
+    return L402InboxServer(L402Gate(issuer, price_msat=PRICE, **options)).start()
+
+
+@pytest.fixture
+def inbox(issuer: InvoiceIssuer) -> Iterator[L402InboxServer]:
+    server = serve(issuer)
+    yield server
+    server.stop()
+
+
+def send(*urls: str) -> list[int]:
+    outbox.send(ACTOR, NOTE, list(urls))
+    return list(Delivery.objects.filter(inbox__in=urls).order_by("id").values_list("id", flat=True))
+
+
+class Collected:
+    """Stands for the recorder thread, whose connection would not see this test's rows."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[Outcome] = []
+
+    def put(self, outcome: Outcome) -> None:
+        self.outcomes.append(outcome)
+
+
+def round_of(ids: list[int]) -> list[Outcome]:
+    """Claim ``ids`` (those due), send them and record what came of it."""
+    Delivery.objects.filter(id__in=ids, state=DeliveryState.QUEUED).update(
+        next_attempt_at=timezone.now()
+    )
+    process = this_process()
+    recorder, process.recorder = process.recorder, Collected()  # type: ignore[assignment]
+    try:
+        jobs = process.jobs_for(claim(ids, new_token()))
+        outcomes = process.recorder.outcomes  # type: ignore[attr-defined]
+    finally:
+        process.recorder = recorder
+    for job in jobs:  # on the engine's loop, where the process's transport belongs
+        made = process.engine.call(perform(job, process.transport, process.breakers, None))
+        outcomes.append(made.result(30))
+    return [outcome for outcome, _ in apply_outcomes(outcomes).decided]  # as recorded
+
+
+Catch = Callable[[Signal], list[dict[str, Any]]]
+
+
+@pytest.fixture
+def caught() -> Iterator[Catch]:
+    """``caught(signal)``: the arguments of each sending of ``signal`` during the test."""
+    connected: list[tuple[Signal, Callable[..., None]]] = []
+
+    def catch(signal: Signal) -> list[dict[str, Any]]:
+        seen: list[dict[str, Any]] = []
+
+        def receiver(sender: object, **kwargs: Any) -> None:
+            seen.append(kwargs)
+
+        signal.connect(receiver, weak=False)
+        connected.append((signal, receiver))
+        return seen
+
+    yield catch
+    for signal, receiver in connected:
+        signal.disconnect(receiver)
+
+
+def state(pk: int) -> str:
+    return Delivery.objects.get(pk=pk).state
+
+
+@pytest.mark.usefixtures("configured")
+def test_a_402_is_stored_then_paid_once_then_delivered(
+    inbox: L402InboxServer, node: FakeNode, caught: Catch
+) -> None:
+    made, settled = caught(payment_made), caught(delivery_settled)
+    [pk] = send(inbox.url())
+    [first] = round_of([pk])
+    assert first.result == "paying"
+    attempt = PaymentAttempt.objects.get()
+    assert (attempt.state, attempt.amount_msat, attempt.delivery_id) == ("pending", PRICE, pk)
+    assert spent_today(ACTOR) == PRICE + 100  # price and the most fee, reserved
+    assert node.attempts == []  # stored first, paid at the next claim
+    assert Delivery.objects.get(pk=pk).attempts == 0  # a 402 spends no attempt
+    [second] = round_of([pk])
+    assert second.result == "delivered"
+    attempt.refresh_from_db()
+    assert (attempt.state, attempt.uses, attempt.fee_msat) == ("used", 1, 0)
+    assert len(attempt.preimage) == 64
+    assert spent_today(ACTOR) == PRICE  # the unused fee allowance given back
+    assert len(node.payments()) == 1
+    assert state(pk) == DeliveryState.DELIVERED
+    assert [s["amount_msat"] for s in settled] == [PRICE]
+    assert [(m["amount_msat"], m["payment_hash"]) for m in made] == [(PRICE, attempt.payment_hash)]
+    assert attempt.preimage not in repr(made) + repr(attempt) + str(attempt)
+    assert attempt.macaroon not in repr(made) + repr(attempt)
+
+
+@pytest.mark.usefixtures("configured")
+def test_a_kept_token_opens_the_host_again_without_paying(
+    inbox: L402InboxServer, node: FakeNode
+) -> None:
+    [first] = send(inbox.url("/a"))
+    round_of([first])
+    round_of([first])
+    token = kept_tokens([inbox.host])[inbox.host]
+    [second] = send(inbox.url("/b"))
+    [outcome] = round_of([second])
+    assert outcome.result == "delivered"
+    assert outcome.payment is not None and outcome.payment.paid_msat == 0
+    assert PaymentAttempt.objects.get(pk=token.attempt_id).uses == 2
+    assert len(node.payments()) == 1
+    assert token.preimage not in repr(token)
+
+
+@pytest.mark.usefixtures("configured")
+def test_a_host_that_charges_per_message_is_paid_each_time(
+    issuer: InvoiceIssuer, node: FakeNode
+) -> None:
+    server = serve(issuer, mode=Mode.PER_MESSAGE)
+    try:
+        for n in range(3):
+            [pk] = send(server.url(f"/{n}"))
+            for _ in range(3):
+                round_of([pk])
+            assert state(pk) == DeliveryState.DELIVERED
+    finally:
+        server.stop()
+    assert len(node.payments()) == 3
+    rows = PaymentAttempt.objects.order_by("id")
+    assert [row.state for row in rows] == ["used"] * 3
+    assert [row.retired_at is not None for row in rows] == [True, True, False]
+
+
+@pytest.mark.usefixtures("configured")
+def test_two_deliveries_meeting_a_402_at_once_pay_once(
+    inbox: L402InboxServer, node: FakeNode
+) -> None:
+    ids = send(inbox.url("/a"), inbox.url("/b"))
+    outcomes = round_of(ids)
+    assert sorted(o.result for o in outcomes) == ["held", "paying"]
+    assert PaymentAttempt.objects.count() == 1
+    for _ in range(3):
+        round_of(ids)
+    assert {state(pk) for pk in ids} == {DeliveryState.DELIVERED}
+    assert len(node.payments()) == 1  # the second used the first's token
+
+
+def test_over_the_daily_budget_deliveries_are_held_and_told(
+    lnd: FakeLndServer, inbox: L402InboxServer, node: FakeNode, caught: Catch
+) -> None:
+    told = caught(payment_budget_exceeded)
+    with override_settings(OUTBOX_PAYMENTS=payments(lnd, DAILY_BUDGET_MSAT=PRICE + 50)):
+        [pk] = send(inbox.url())
+        [outcome] = round_of([pk])
+    assert outcome.result == "held"
+    row = Delivery.objects.get(pk=pk)
+    assert row.state == DeliveryState.QUEUED
+    assert row.attempts == 0
+    tomorrow = timezone.now().date() + timedelta(days=1)
+    assert row.next_attempt_at.date() == tomorrow
+    assert not PaymentAttempt.objects.exists()
+    assert node.attempts == []
+    assert [(t["actor"], t["amount_msat"], t["budget_msat"]) for t in told] == [
+        (ACTOR, PRICE, PRICE + 50)
+    ]
+    assert isinstance(told[0]["day"], date)
+    assert told[0]["delivery"].pk == pk
+
+
+def test_a_destination_that_takes_money_and_never_accepts_is_capped(
+    lnd: FakeLndServer, issuer: InvoiceIssuer, node: FakeNode, caught: Catch
+) -> None:
+    failed = caught(payment_failed)
+    gate = L402Gate(issuer, price_msat=PRICE)
+    gate._refusal = lambda value: "never"  # type: ignore[method-assign]
+    server = L402InboxServer(gate).start()
+    try:
+        with override_settings(OUTBOX_PAYMENTS=payments(lnd, MAX_PAYMENTS_PER_DELIVERY=2)):
+            [pk] = send(server.url())
+            for _ in range(8):
+                round_of([pk])
+    finally:
+        server.stop()
+    row = Delivery.objects.get(pk=pk)
+    assert row.state == DeliveryState.REFUSED
+    assert "paid 2 times" in row.last_error
+    assert len(node.payments()) == 2
+    assert [a.state for a in PaymentAttempt.objects.all()] == ["failed", "failed"]
+    assert [f["paid"] for f in failed] == [True, True]
+    assert spent_today(ACTOR) == 2 * PRICE  # rejected after paying: the money is gone
+
+
+@pytest.mark.usefixtures("configured")
+def test_a_failed_payment_gives_its_budget_back(inbox: L402InboxServer, node: FakeNode) -> None:
+    [pk] = send(inbox.url())
+    round_of([pk])
+    node.fail_next("no_route")
+    [outcome] = round_of([pk])
+    assert outcome.result == "retry"
+    attempt = PaymentAttempt.objects.get()
+    assert attempt.state == "failed"
+    assert attempt.paid_at is None
+    assert spent_today(ACTOR) == 0
+    assert open_attempts([pk]) == {}
+    assert Delivery.objects.get(pk=pk).attempts == 1
+
+
+@pytest.mark.usefixtures("configured")
+def test_a_refused_invoice_refuses_the_delivery_with_the_reason(
+    issuer: InvoiceIssuer, node: FakeNode
+) -> None:
+    server = serve(issuer, invoice_expiry=5)
+    try:
+        [pk] = send(server.url())
+        round_of([pk])
+    finally:
+        server.stop()
+    row = Delivery.objects.get(pk=pk)
+    assert row.state == DeliveryState.REFUSED
+    assert row.last_error.startswith("payment refused: invoice_expired")
+    assert not PaymentAttempt.objects.exists()
+    assert node.attempts == []
+
+
+def test_without_payments_a_402_is_an_answer_like_any_other(
+    inbox: L402InboxServer, node: FakeNode
+) -> None:
+    [pk] = send(inbox.url())
+    [outcome] = round_of([pk])
+    assert outcome.status == 402
+    assert outcome.payment is None
+    assert state(pk) == DeliveryState.REFUSED
+    assert not PaymentBudget.objects.exists()
+
+
+@pytest.mark.usefixtures("configured")
+def test_the_sweeper_settles_payments_of_finished_deliveries_by_asking(
+    inbox: L402InboxServer, issuer: InvoiceIssuer, node: FakeNode
+) -> None:
+    from django_outbox.conf import conf
+    from django_outbox.payments.paying import payment_client
+    from django_outbox.payments.recovery import resolve_orphans
+
+    other = L402InboxServer(L402Gate(issuer, price_msat=PRICE), "127.0.0.5").start()
+    try:
+        ids = send(inbox.url(), other.url())
+        round_of(ids)
+    finally:
+        other.stop()
+    paid, unpaid = PaymentAttempt.objects.order_by("id")
+    assert conf.PAYMENTS is not None
+    payment_client(conf.PAYMENTS).pay(paid.invoice, paid.pay_amount_msat, 100)
+    outbox.give_up(Delivery.objects.filter(id__in=ids))
+    assert resolve_orphans(conf.PAYMENTS, grace=0) == 2
+    paid.refresh_from_db()
+    unpaid.refresh_from_db()
+    assert (paid.state, len(paid.preimage)) == ("paid", 64)
+    assert unpaid.state == "failed"
+    assert spent_today(ACTOR) == PRICE
+    assert len(node.attempts) == 1
+
+
+def test_core_lightning_pays_through_the_same_flow(
+    cln: Any, inbox: L402InboxServer, node: FakeNode
+) -> None:
+    setting = {
+        "CLIENT": "django_outbox.payments.cln.ClnClient",
+        "OPTIONS": {"rpc_path": cln.path, "timeout": 5, "retry_for": 2},
+        "NETWORK": "bcrt",
+        "MAX_FEE_MSAT": 100,
+    }
+    with override_settings(OUTBOX_PAYMENTS=setting):
+        [pk] = send(inbox.url())
+        results = [outcome.result for _ in range(3) for outcome in round_of([pk])]
+    assert results[:2] == ["paying", "delivered"]
+    assert state(pk) == DeliveryState.DELIVERED
+    assert len(node.payments()) == 1
+    assert PaymentAttempt.objects.get().state == "used"
+
+
+def test_payment_records_are_pruned_with_their_delivery_never_pending(
+    inbox: L402InboxServer, issuer: InvoiceIssuer, lnd: FakeLndServer
+) -> None:
+    from django_outbox.payments.ledger import prune
+
+    with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
+        [pk] = send(inbox.url())
+        round_of([pk])
+        round_of([pk])
+        other = L402InboxServer(L402Gate(issuer, price_msat=PRICE), "127.0.0.6").start()
+        try:
+            [pending_pk] = send(other.url())
+            round_of([pending_pk])
+        finally:
+            other.stop()
+    old = timezone.now() - timedelta(days=30)
+    PaymentAttempt.objects.update(created_at=old)
+    PaymentBudget.objects.update(day=old.date())
+    assert prune(14 * 86400) == 0  # their deliveries are still there
+    Delivery.objects.all().delete()
+    assert prune(14 * 86400) == 1
+    assert list(PaymentAttempt.objects.values_list("state", flat=True)) == ["pending"]
+    assert not PaymentBudget.objects.exists()
