@@ -56,7 +56,14 @@ def test_the_guard_follows_the_table_at_both_ends_of_every_block(
         assert is_blocked(ip) is not reachable, ip
 
 
-def test_transport_refuses_a_name_resolving_to_the_metadata_address() -> None:
+def test_transport_refuses_a_name_resolving_to_the_metadata_address(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def no_connection(*args: object, **kwargs: object) -> None:
+        # Were the guard to let it through, the test must still not leave loopback.
+        raise AssertionError(f"the transport tried to connect to {args[2:4]}")
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_connection", no_connection)
     transport = Transport(user_agent="test", resolver=resolving_to("192.0.0.192"))  # type: ignore[arg-type]
     with pytest.raises(BlockedAddress, match=r"192\.0\.0\.192"):
         asyncio.run(transport.post("https://metadata.example/inbox", {}, b"{}"))
