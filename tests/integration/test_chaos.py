@@ -3,10 +3,10 @@
 Each test runs its own ``celery worker`` processes (tests/support/chaos.py) on a
 private ``redis-server`` (a private RabbitMQ node when the tests run on RabbitMQ:
 tests/support/rabbitmq.py says what each fault is there), delivers to 20 loopback
-hosts that record every request, injects one kind of fault mid-run, then runs the sweeper until
-nothing is live.  It asserts that every delivery settled and every inbox was
-reached, and that the duplicate requests (an inbox receiving the activity
-more than once) are no more than the deliveries in flight at the fault,
+hosts that record every request, injects one kind of fault mid-run, then runs
+the sweeper until nothing is live.  It asserts that every delivery settled and
+every inbox was reached, and that the duplicate requests (an inbox receiving the
+activity more than once) are no more than the deliveries in flight at the fault,
 which is all that at-least-once may send twice.  The counts are printed.
 """
 
