@@ -67,14 +67,16 @@ def activity(n: int = 0) -> dict[str, Any]:
 # ------------------------------------------------------------------ services -----
 @dataclass(frozen=True)
 class Env:
-    """Where the benchmarks' database and Redis are."""
+    """Where the benchmarks' database and Redis are, and the Celery broker if not Redis."""
 
     database_url: str
     redis_url: str
+    broker_url: str = ""
 
     def process_env(self, settings: dict[str, Any] | None = None) -> dict[str, str]:
         """The environment of a worker or helper process on the benchmark services."""
         env = dict(os.environ)
+        env.pop("OUTBOX_BROKER_URL", None)
         env.update(
             DATABASE_URL=self.database_url,
             REDIS_URL=self.redis_url,
@@ -83,6 +85,8 @@ class Env:
             PYTHONPATH=str(ROOT),
             OUTBOX_SETTINGS_JSON=json.dumps(settings or {}),
         )
+        if self.broker_url:
+            env["OUTBOX_BROKER_URL"] = self.broker_url
         return env
 
 
@@ -153,6 +157,19 @@ def start_services() -> Env:
         database_url=_with_path(admin_url, "/" + BENCH_DB),
         redis_url=_with_path(exported["REDIS_URL"], f"/{BENCH_REDIS_DB}"),
     )
+
+
+def start_rabbitmq() -> str:
+    """Start (or reuse) the RabbitMQ of ``scripts/services``; its ``amqp://`` URL."""
+    out = subprocess.run(
+        [str(REPO / "scripts" / "services"), "start", "rabbitmq"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        cwd=REPO,
+    ).stdout
+    return out.strip().rsplit("RABBITMQ_URL=", 1)[1]
 
 
 def setup_django(env: Env) -> None:

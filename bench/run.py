@@ -24,7 +24,16 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import baselines, components, experiments, fanout, memory, priority, throughput
+from bench import (
+    baselines,
+    components,
+    experiments,
+    fanout,
+    memory,
+    nodes,
+    priority,
+    throughput,
+)
 from bench.common import (
     QUIET_WAIT,
     REPO,
@@ -54,7 +63,7 @@ SCENARIOS: dict[str, Scenario] = {
     "components": components.run,
 }
 #: Run only when named with --only (they take minutes and size recommendations).
-OPTIONAL: dict[str, Scenario] = {"experiments": experiments.run}
+OPTIONAL: dict[str, Scenario] = {"experiments": experiments.run, "nodes": nodes.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
