@@ -8,6 +8,7 @@ database (``outbox_bench``) and Redis database number (``9``) on the servers tha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -208,7 +209,30 @@ def reset_state(env: Env) -> None:
             "TRUNCATE django_outbox_delivery, django_outbox_message RESTART IDENTITY CASCADE"
         )
     redis.Redis.from_url(env.redis_url).flushdb()
+    purge_rabbitmq(env.broker_url)
     forget_local()
+
+
+def broker_connection(broker_url: str) -> Any:
+    """A kombu connection to ``broker_url`` with the README's transport options for it."""
+    from kombu import Connection
+
+    options = {"confirm_publish": True} if broker_url.startswith("amqp") else {}
+    return Connection(broker_url, transport_options=options)
+
+
+def purge_rabbitmq(broker_url: str) -> None:
+    """Empty the lanes when ``broker_url`` is RabbitMQ's (Redis's are flushed with DB 9)."""
+    if not broker_url.startswith("amqp"):
+        return
+    with broker_connection(broker_url) as connection:
+        for lane in ("outbox.priority", "outbox", "outbox.low"):
+            channel = connection.channel()
+            # A lane never declared closes the channel: nothing to purge there.
+            with contextlib.suppress(Exception):
+                channel.queue_purge(lane)
+            with contextlib.suppress(Exception):
+                channel.close()
 
 
 def state_counts() -> dict[str, int]:

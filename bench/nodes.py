@@ -43,10 +43,12 @@ from bench.common import (
     Farm,
     Worker,
     activity,
+    broker_connection,
     cpu_seconds,
     load_average,
     log,
     process_tree,
+    purge_rabbitmq,
     reset_state,
     start_rabbitmq,
     summary,
@@ -56,7 +58,6 @@ from bench.common import (
 
 HOSTS = 200
 SIZES = (1, 2, 4)
-LANES = ("outbox.priority", "outbox", "outbox.low")
 Message = tuple[str, tuple[Any, ...], str, float | None]
 
 #: Statements by what they do, matched on pg_stat_statements' normalised text.
@@ -97,31 +98,11 @@ def prepare(env: Env, farm: Farm, per_host: int) -> list[Message]:
     return [sent for sent in recorder.sent if sent[0] == DELIVER]
 
 
-def _connection(broker_url: str) -> Any:
-    from kombu import Connection
-
-    options = {"confirm_publish": True} if broker_url.startswith("amqp") else {}
-    return Connection(broker_url, transport_options=options)
-
-
-def purge(broker_url: str) -> None:
-    """Empty the lanes on RabbitMQ (Redis DB 9 is flushed by ``reset_state``)."""
-    if not broker_url.startswith("amqp"):
-        return
-    with _connection(broker_url) as connection:
-        for lane in LANES:
-            channel = connection.channel()
-            with contextlib.suppress(Exception):  # a lane never declared: nothing to purge
-                channel.queue_purge(lane)
-            with contextlib.suppress(Exception):
-                channel.close()
-
-
 def publish(broker_url: str, messages: list[Message]) -> None:
     """Send ``messages`` to the broker at ``broker_url`` on one producer."""
     from celery import current_app
 
-    with _connection(broker_url) as connection:
+    with broker_connection(broker_url) as connection:
         producer = current_app.amqp.Producer(connection)
         for name, args, queue, countdown in messages:
             current_app.send_task(name, args, queue=queue, countdown=countdown, producer=producer)
@@ -227,7 +208,7 @@ def broker_pid(env: Env, broker_url: str) -> int | None:
 def one(env: Env, farm: Farm, broker_url: str, nodes: int, per_host: int) -> dict[str, Any]:
     """Drain ``per_host`` x 200 deliveries with ``nodes`` one-process worker nodes."""
     messages = prepare(env, farm, per_host)
-    purge(broker_url)
+    purge_rabbitmq(broker_url)
     total = per_host * HOSTS
     statements = statements_available()
     node_env = Env(env.database_url, env.redis_url, broker_url)
