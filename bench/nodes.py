@@ -167,6 +167,15 @@ def database_counters() -> dict[str, float]:
         return dict(zip(DATABASE_COLUMNS, map(float, cursor.fetchone()), strict=True))
 
 
+def database_connections() -> int:
+    """Sessions connected to the bench database now (this process's included)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        return int(cursor.fetchone()[0])
+
+
 def statement_classes() -> dict[str, dict[str, float]]:
     """Calls and execution ms of the bench database's statements, by class."""
     from django.db import connection
@@ -230,6 +239,7 @@ def one(env: Env, farm: Farm, broker_url: str, nodes: int, per_host: int) -> dic
         publish(broker_url, messages)
         result = wait_settled(total, 300, poll=1.0)
         worker_cpu = sum(w.cpu_seconds() for w in workers) - workers0
+        connections = database_connections() - 1  # not the bench's own
         broker_cpu = (cpu_seconds(broker) if broker else 0.0) - broker0
     time.sleep(1.0)  # the nodes' backends have exited and flushed their counters
     pg_cpu = postgres_cpu(postmaster) - pg0
@@ -243,6 +253,7 @@ def one(env: Env, farm: Farm, broker_url: str, nodes: int, per_host: int) -> dic
         "delivered": delivered,
         "complete": result["complete"],
         "messages": len(messages),
+        "connections": float(connections),
         "worker_cpu_ms": 1000 * worker_cpu / per,
         "postgres_cpu_ms": 1000 * pg_cpu / per,
         "broker_cpu_ms": 1000 * broker_cpu / per,
@@ -307,6 +318,7 @@ COLUMNS = (
     ("other_ms", "other SQL ms", 3),
     ("db_xacts", "transactions", 3),
     ("broker_cpu_ms", "broker CPU ms", 3),
+    ("connections", "PostgreSQL sessions", 0),
 )
 
 
