@@ -98,6 +98,7 @@ else:
 # The Celery broker: OUTBOX_BROKER_URL, else Redis at REDIS_URL, else kombu's filesystem
 # transport (the demo's: no server).  Each gets the README's settings for it.
 CELERY_BROKER_URL = os.environ.get("OUTBOX_BROKER_URL", "") or REDIS_URL
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object]
 if CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
     # RabbitMQ: -Q order is not a priority (see docs/deployment.md); wait for the broker's
     # confirmation of each publish, so that a message it did not take is known as lost.
