@@ -132,19 +132,7 @@ def start_services() -> Env:
     Takes the benchmark lock first (see :func:`_lock_machine`).
     """
     _lock_machine()
-    out = subprocess.run(
-        [str(REPO / "scripts" / "services"), "start"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-        cwd=REPO,
-    ).stdout
-    exported = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in out.splitlines()
-        if line.startswith("export ")
-    )
+    exported = _services_start()
     admin_url = exported["DATABASE_URL"]
     import psycopg
 
@@ -162,15 +150,24 @@ def start_services() -> Env:
 
 def start_rabbitmq() -> str:
     """Start (or reuse) the RabbitMQ of ``scripts/services``; its ``amqp://`` URL."""
+    return _services_start("rabbitmq")["RABBITMQ_URL"]
+
+
+def _services_start(*services: str) -> dict[str, str]:
+    """``scripts/services start SERVICES...``: the variables it exports."""
     out = subprocess.run(
-        [str(REPO / "scripts" / "services"), "start", "rabbitmq"],
+        [str(REPO / "scripts" / "services"), "start", *services],
         capture_output=True,
         text=True,
         check=True,
         timeout=600,
         cwd=REPO,
     ).stdout
-    return out.strip().rsplit("RABBITMQ_URL=", 1)[1]
+    return dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in out.splitlines()
+        if line.startswith("export ")
+    )
 
 
 def setup_django(env: Env) -> None:
