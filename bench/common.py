@@ -8,6 +8,7 @@ database (``outbox_bench``) and Redis database number (``9``) on the servers tha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -67,14 +68,16 @@ def activity(n: int = 0) -> dict[str, Any]:
 # ------------------------------------------------------------------ services -----
 @dataclass(frozen=True)
 class Env:
-    """Where the benchmarks' database and Redis are."""
+    """Where the benchmarks' database and Redis are, and the Celery broker if not Redis."""
 
     database_url: str
     redis_url: str
+    broker_url: str = ""
 
     def process_env(self, settings: dict[str, Any] | None = None) -> dict[str, str]:
         """The environment of a worker or helper process on the benchmark services."""
         env = dict(os.environ)
+        env.pop("OUTBOX_BROKER_URL", None)
         env.update(
             DATABASE_URL=self.database_url,
             REDIS_URL=self.redis_url,
@@ -83,6 +86,8 @@ class Env:
             PYTHONPATH=str(ROOT),
             OUTBOX_SETTINGS_JSON=json.dumps(settings or {}),
         )
+        if self.broker_url:
+            env["OUTBOX_BROKER_URL"] = self.broker_url
         return env
 
 
@@ -127,19 +132,7 @@ def start_services() -> Env:
     Takes the benchmark lock first (see :func:`_lock_machine`).
     """
     _lock_machine()
-    out = subprocess.run(
-        [str(REPO / "scripts" / "services"), "start"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-        cwd=REPO,
-    ).stdout
-    exported = dict(
-        line.removeprefix("export ").split("=", 1)
-        for line in out.splitlines()
-        if line.startswith("export ")
-    )
+    exported = _services_start()
     admin_url = exported["DATABASE_URL"]
     import psycopg
 
@@ -152,6 +145,28 @@ def start_services() -> Env:
     return Env(
         database_url=_with_path(admin_url, "/" + BENCH_DB),
         redis_url=_with_path(exported["REDIS_URL"], f"/{BENCH_REDIS_DB}"),
+    )
+
+
+def start_rabbitmq() -> str:
+    """Start (or reuse) the RabbitMQ of ``scripts/services``; its ``amqp://`` URL."""
+    return _services_start("rabbitmq")["RABBITMQ_URL"]
+
+
+def _services_start(*services: str) -> dict[str, str]:
+    """``scripts/services start SERVICES...``: the variables it exports."""
+    out = subprocess.run(
+        [str(REPO / "scripts" / "services"), "start", *services],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        cwd=REPO,
+    ).stdout
+    return dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in out.splitlines()
+        if line.startswith("export ")
     )
 
 
@@ -191,7 +206,30 @@ def reset_state(env: Env) -> None:
             "TRUNCATE django_outbox_delivery, django_outbox_message RESTART IDENTITY CASCADE"
         )
     redis.Redis.from_url(env.redis_url).flushdb()
+    purge_rabbitmq(env.broker_url)
     forget_local()
+
+
+def broker_connection(broker_url: str) -> Any:
+    """A kombu connection to ``broker_url`` with the README's transport options for it."""
+    from kombu import Connection
+
+    options = {"confirm_publish": True} if broker_url.startswith("amqp") else {}
+    return Connection(broker_url, transport_options=options)
+
+
+def purge_rabbitmq(broker_url: str) -> None:
+    """Empty the lanes when ``broker_url`` is RabbitMQ's (Redis's are flushed with DB 9)."""
+    if not broker_url.startswith("amqp"):
+        return
+    with broker_connection(broker_url) as connection:
+        for lane in ("outbox.priority", "outbox", "outbox.low"):
+            channel = connection.channel()
+            # A lane never declared closes the channel: nothing to purge there.
+            with contextlib.suppress(Exception):
+                channel.queue_purge(lane)
+            with contextlib.suppress(Exception):
+                channel.close()
 
 
 def state_counts() -> dict[str, int]:

@@ -209,6 +209,8 @@ class Worker:
         cmd = [PYTHON, "-m", "celery", "-A", "testproject", "worker", "-Q", self.queues]
         cmd += ["--loglevel=WARNING", "-I", ",".join(["bench.worker_hooks", *self.imports])]
         cmd += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
+        # A node name of its own: two workers of one name cannot share a RabbitMQ.
+        cmd += ["-n", f"{self.name}{time.time_ns()}@%h"]
         if self.concurrency:
             cmd += ["-c", str(self.concurrency)]
         self.proc = subprocess.Popen(

@@ -18,13 +18,23 @@ import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import baselines, components, experiments, fanout, memory, priority, throughput
+from bench import (
+    baselines,
+    components,
+    experiments,
+    fanout,
+    memory,
+    nodes,
+    priority,
+    throughput,
+)
 from bench.common import (
     QUIET_WAIT,
     REPO,
@@ -35,6 +45,7 @@ from bench.common import (
     save_json,
     setup_django,
     snapshot,
+    start_rabbitmq,
     start_services,
 )
 
@@ -54,7 +65,7 @@ SCENARIOS: dict[str, Scenario] = {
     "components": components.run,
 }
 #: Run only when named with --only (they take minutes and size recommendations).
-OPTIONAL: dict[str, Scenario] = {"experiments": experiments.run}
+OPTIONAL: dict[str, Scenario] = {"experiments": experiments.run, "nodes": nodes.run}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,6 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="run the code in place instead of a copy taken at the start",
     )
+    parser.add_argument(
+        "--broker",
+        choices=("redis", "rabbitmq"),
+        default="redis",
+        help="the Celery broker of every scenario (default redis; rabbitmq starts one with "
+        "scripts/services and writes *-rabbitmq.json, leaving docs/ alone)",
+    )
     options = parser.parse_args(argv)
     if not options.no_snapshot and "BENCH_REPO" not in os.environ:
         code, described = snapshot()
@@ -90,13 +108,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.execve(sys.executable, args, env)
     QUIET_WAIT["seconds"] = options.quiet_wait
     names = options.only or list(SCENARIOS)
-    path = RESULTS_DIR / ("quick.json" if options.quick else "full.json")
+    suffix = "" if options.broker == "redis" else f"-{options.broker}"
+    path = RESULTS_DIR / (("quick" if options.quick else "full") + suffix + ".json")
     results: dict[str, Any] = {}
     if options.only and path.exists():
         results = json.loads(path.read_text())
     started = time.monotonic()
     env = start_services()
+    if options.broker == "rabbitmq":
+        env = replace(env, broker_url=start_rabbitmq())
     setup_django(env)
+    results["broker"] = options.broker
     results["machine"] = machine()
     results.setdefault("scenarios", {})
     results["quick"] = options.quick
@@ -113,8 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not options.only:
         results["total_s"] = round(time.monotonic() - started, 1)
     save_json(path, results)
-    log(f"results in {path} ({results['total_s']}s)")
-    if not options.quick and not options.no_report:
+    log(f"results in {path} ({results.get('total_s', '-')}s)")
+    if not options.quick and not options.no_report and options.broker == "redis":
         from bench import report
 
         report.write(results)

@@ -3,8 +3,10 @@
 With no environment it runs on embedded defaults: SQLite, a filesystem
 Celery broker under ``.run/broker`` and in-memory caches.  ``DATABASE_URL``
 (postgres://...) and ``REDIS_URL`` switch to PostgreSQL, a Redis broker and
-django-redis caches with shared circuit breakers.  ``OUTBOX_SETTINGS_JSON``
-overrides ``OUTBOX_*`` settings (tests and benchmarks use it for workers).
+django-redis caches with shared circuit breakers.  ``OUTBOX_BROKER_URL``
+(amqp://... for RabbitMQ, or redis://...) chooses the Celery broker apart from
+the caches, which stay on ``REDIS_URL``.  ``OUTBOX_SETTINGS_JSON`` overrides
+``OUTBOX_*`` settings (tests and benchmarks use it for workers).
 """
 
 import json
@@ -83,7 +85,6 @@ else:
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
-    CELERY_BROKER_URL = REDIS_URL
     CACHES = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
@@ -91,6 +92,24 @@ if REDIS_URL:
         },
     }
     OUTBOX_BREAKER_CACHE = "default"
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+
+# The Celery broker: OUTBOX_BROKER_URL, else Redis at REDIS_URL, else kombu's filesystem
+# transport (the demo's: no server).  Each gets the README's settings for it.
+CELERY_BROKER_URL = os.environ.get("OUTBOX_BROKER_URL", "") or REDIS_URL
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object]
+if CELERY_BROKER_URL.startswith(("amqp://", "amqps://", "pyamqp://")):
+    # RabbitMQ: -Q order is not a priority (see docs/deployment.md); wait for the broker's
+    # confirmation of each publish, so that a message it did not take is known as lost.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"confirm_publish": True}
+elif CELERY_BROKER_URL:
+    # Redis: serve the queues in -Q order (the priority lane first); redeliver what a
+    # worker took and did not acknowledge within the hour.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "queue_order_strategy": "priority",
+        "visibility_timeout": 3600,
+    }
 else:
     BROKER_DIR = RUN_DIR / "broker"
     for sub in ("in", "processed", "control"):
@@ -104,14 +123,8 @@ else:
         "store_processed": False,
         "polling_interval": 0.1,
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
-# Serve the priority lane first, take one message at a time, and ack after the work.
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    **globals().get("CELERY_BROKER_TRANSPORT_OPTIONS", {}),
-    "queue_order_strategy": "priority",
-    "visibility_timeout": 3600,
-}
+# Take one message at a time, and acknowledge it after the work.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ACKS_LATE = True
 CELERY_DB_REUSE_MAX = 1_000_000

@@ -1,5 +1,9 @@
 """Integration fixtures: real Redis, Celery worker processes, a private broker for chaos.
 
+The Celery broker is Redis unless ``OUTBOX_BROKER_URL`` names another (``scripts/test``
+runs the tests marked ``broker`` again with RabbitMQ's ``amqp://`` URL); Redis stays the
+cache and breaker store either way.
+
 Every test here is marked ``integration`` and needs ``REDIS_URL`` (``scripts/test``
 starts Redis and PostgreSQL and exports it with ``DATABASE_URL``).  Tests that
 use a worker process mark themselves ``django_db(transaction=True)`` so that the
@@ -16,7 +20,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.support.workers import Worker, WorkerFactory
+from tests.support.workers import Worker, WorkerFactory, rabbitmq
 
 HERE = Path(__file__).resolve().parent
 
@@ -93,12 +97,15 @@ def make_worker(workers: WorkerFactory) -> Iterator[Callable[..., Worker]]:
 
 @pytest.fixture(scope="session")
 def chaos_broker(django_db_setup: None) -> Iterator[Any]:
-    """A private ``redis-server`` that the chaos tests may flush, stop and restart."""
+    """A private broker of the session's kind that the chaos tests may flush, stop and
+    restart: a ``redis-server``, or a RabbitMQ node when the tests run on RabbitMQ."""
     from tests.support.chaos import RedisServer
+    from tests.support.rabbitmq import RabbitServer
 
-    server = RedisServer(Path(settings.RUN_DIR) / f"chaos-redis-{os.getpid()}").start()
+    kind = RabbitServer if rabbitmq() else RedisServer
+    server = kind(Path(settings.RUN_DIR) / f"chaos-broker-{os.getpid()}").start()
     yield server
-    server.stop()
+    server.close()
 
 
 @pytest.fixture
@@ -106,11 +113,12 @@ def chaos_workers(chaos_broker: Any) -> Iterator[Any]:
     """Chaos workers on the private broker, which this process publishes to meanwhile."""
     from django.test import override_settings
 
+    from django_outbox.models import Lane
     from tests.support.chaos import IN_PROCESS_SETTINGS, Workers, publishing_to
 
-    if chaos_broker.process is None:
+    if not chaos_broker.running():
         chaos_broker.start()
-    chaos_broker.client().flushall()
+    chaos_broker.clear(Lane.values)
     workers = Workers(chaos_broker.url)
     with override_settings(**IN_PROCESS_SETTINGS), publishing_to(chaos_broker.url):
         try:

@@ -1,11 +1,12 @@
 """Chaos: faults during a 2,000-inbox fan-out, with real workers, Redis and the database.
 
 Each test runs its own ``celery worker`` processes (tests/support/chaos.py) on a
-private ``redis-server``, delivers to 20 loopback hosts that record every
-request, injects one kind of fault mid-run, then runs the sweeper until
-nothing is live.  It asserts that every delivery settled and every inbox was
-reached, and that the duplicate requests (an inbox receiving the activity
-more than once) are no more than the deliveries in flight at the fault,
+private ``redis-server`` (a private RabbitMQ node when the tests run on RabbitMQ:
+tests/support/rabbitmq.py says what each fault is there), delivers to 20 loopback
+hosts that record every request, injects one kind of fault mid-run, then runs
+the sweeper until nothing is live.  It asserts that every delivery settled and
+every inbox was reached, and that the duplicate requests (an inbox receiving the
+activity more than once) are no more than the deliveries in flight at the fault,
 which is all that at-least-once may send twice.  The counts are printed.
 """
 
@@ -21,7 +22,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from django_outbox import Batch, outbox
-from django_outbox.models import Delivery, DeliveryState
+from django_outbox.models import Delivery, DeliveryState, Lane
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.chaos import (
@@ -42,7 +43,7 @@ from tests.support.chaos import (
     wait_until,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
 FAN_OUT = 2000
 
@@ -124,7 +125,8 @@ def test_a_short_lease_still_sends(chaos_workers: Workers, inbox_server: InboxSe
 
 def test_redis_flushall_mid_run_loses_nothing(chaos_workers: Workers, chaos_broker: Any) -> None:
     """Every broker message (queued, unacked, countdowns) is wiped mid-run; the sweeper
-    dispatches the rows again from the database."""
+    dispatches the rows again from the database.  On RabbitMQ: ``stop_app``, ``reset``,
+    ``start_app``, which also cuts the workers' connections."""
     started = time.monotonic()
     with Farm() as farm:
         inboxes = farm.inboxes(FAN_OUT)
@@ -134,10 +136,9 @@ def test_redis_flushall_mid_run_loses_nothing(chaos_workers: Workers, chaos_brok
             outbox.send(ACTOR, NOTE, inboxes, batch=Batch(tag="flushall"))
         chaos_workers.start(2)
         wait_until(lambda: delivered() >= 20, 60, every=0.01)
-        client = chaos_broker.client()
-        messages = sum(client.llen(q) for q in ("outbox", "outbox.priority", "outbox.low"))
+        messages = chaos_broker.queued(Lane.values)
         at_fault = in_flight()
-        client.flushall()
+        chaos_broker.flush()
         queued = Delivery.objects.filter(state=DeliveryState.QUEUED).count()
         sweeps = drive(FAN_OUT, 120)
         tally = farm.tally(inboxes)

@@ -22,7 +22,7 @@ from tests.support.verifiers import verify_cavage, verify_rfc9421
 from tests.support.waiting import wait_for
 from tests.support.workers import Worker
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
 NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "n1"}
 

@@ -24,7 +24,7 @@ from testproject.demo.models import SignalLog
 from testproject.inbox_servers import Behaviour, InboxServer, RecordedRequest
 from tests.support.chaos import Workers, wait_until
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
 NOTE_ID = "https://demo.example/notes/ordered"
 KEY = NOTE_ID

@@ -374,6 +374,28 @@ class RedisServer:
                 self.process.wait()
         self.process = None
 
+    # The same faults on either broker (tests/support/rabbitmq.py has RabbitMQ's).
+    def running(self) -> bool:
+        """Whether the server runs."""
+        return self.process is not None and self.process.poll() is None
+
+    def flush(self) -> None:
+        """``FLUSHALL``: every message, queued, unacknowledged or waiting, is gone."""
+        self.client().flushall()
+
+    def clear(self, queues: Iterable[str]) -> None:
+        """Empty the broker between tests (``FLUSHALL``)."""
+        self.flush()
+
+    def queued(self, queues: Iterable[str]) -> int:
+        """Messages waiting in ``queues`` (not those a worker took)."""
+        client = self.client()
+        return sum(int(client.llen(queue)) for queue in queues)
+
+    def close(self) -> None:
+        """Stop the server at the end of the session."""
+        self.stop()
+
 
 @contextlib.contextmanager
 def publishing_to(url: str) -> Iterator[None]:

@@ -10,6 +10,7 @@ again.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -23,6 +24,7 @@ from django.conf import settings
 from tests.support.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
+_NODES = itertools.count(1)
 
 #: Worker settings: short retries and leases so that tests finish quickly.
 WORKER_SETTINGS: dict[str, Any] = {
@@ -42,6 +44,11 @@ WORKER_SETTINGS: dict[str, Any] = {
 def postgres() -> bool:
     """Whether the tests run on PostgreSQL."""
     return str(settings.DATABASES["default"]["ENGINE"]).endswith("postgresql")
+
+
+def rabbitmq() -> bool:
+    """Whether the tests' Celery broker is RabbitMQ (``OUTBOX_BROKER_URL=amqp://...``)."""
+    return str(settings.CELERY_BROKER_URL).startswith(("amqp://", "amqps://", "pyamqp://"))
 
 
 def worker_env(extra: dict[str, Any] | None = None) -> dict[str, str]:
@@ -95,6 +102,10 @@ class Worker:
                     "outbox.priority,outbox,outbox.low",
                     "-c",
                     str(self.concurrency),
+                    # A node name of its own: on RabbitMQ two workers of one name fight
+                    # over one exclusive remote-control queue and the second dies.
+                    "-n",
+                    f"test{os.getpid()}-{next(_NODES)}@%h",
                     "--loglevel=INFO",
                     "--without-heartbeat",
                     "--without-mingle",
