@@ -14,7 +14,7 @@ import random
 from collections.abc import Sequence
 
 from django_outbox.conf import conf
-from django_outbox.payments.ledger import kept_tokens, open_attempts, paying_hosts
+from django_outbox.payments.lookups import kept_tokens, open_attempts, paying_hosts
 from django_outbox.payments.paying import PaymentJob, payment_client
 from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.queries import queued_per_host

@@ -9,10 +9,11 @@
 
 The recorder calls :func:`record_payments` with each batch of outcomes, in a
 transaction of its own that commits before the deliveries' new states: a payment
-is a fact about money and is kept even when the delivery's claim was lost.  A claim
-calls :func:`open_attempts` and :func:`kept_tokens` to hand the sending threads what
-to pay and what to present.  The budget of a sender's day is one row raised by a
-conditional ``UPDATE``, so every worker sees one total and none can overspend it.
+is a fact about money and is kept even when the delivery's claim was lost.  What a
+claim reads of them is in :mod:`~django_outbox.payments.lookups`.  The budget of a
+sender's day is one row raised by a conditional ``UPDATE``, so every worker sees one
+total and none can overspend it.  A 402 met while another delivery bought the host a
+token is held for that token rather than paid again.
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from django_outbox.models import FINAL_STATES, Delivery
+from django_outbox.models import Delivery
 from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.payments.lookups import bought_meanwhile, day_of, spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
-from django_outbox.payments.reports import Challenge, Change, KeptToken, OpenAttempt, Settlement
+from django_outbox.payments.reports import Challenge, Change, Settlement
 from django_outbox.payments.settings import PaymentSettings
 from django_outbox.signals import (
     payment_budget_exceeded,
@@ -38,77 +40,9 @@ from django_outbox.signals import (
     send_logged,
 )
 
-_OPEN = (PaymentState.PENDING, PaymentState.PAID)
-
 
 def _at(seconds: float) -> datetime:
     return datetime.fromtimestamp(seconds, tz=UTC)
-
-
-def _day(moment: datetime) -> date:
-    return moment.astimezone(UTC).date()
-
-
-# ------------------------------------------------------------------ claims ---
-
-
-def open_attempts(delivery_ids: Sequence[int]) -> dict[int, OpenAttempt]:
-    """The newest pending or paid attempt of each of ``delivery_ids`` that has one."""
-    found: dict[int, OpenAttempt] = {}
-    rows = PaymentAttempt.objects.filter(
-        delivery_id__in=list(delivery_ids), state__in=_OPEN
-    ).order_by("delivery_id", "-id")
-    for row in rows:
-        if row.delivery_id is None or row.delivery_id in found:
-            continue
-        found[row.delivery_id] = OpenAttempt(
-            attempt_id=row.pk,
-            destination=row.destination,
-            state=row.state,
-            scheme=row.scheme,
-            payment_hash=row.payment_hash,
-            amount_msat=row.amount_msat,
-            pay_amount_msat=row.pay_amount_msat,
-            invoice_expires_at=row.invoice_expires_at.timestamp(),
-            expires_at=row.expires_at.timestamp(),
-            invoice=row.invoice,
-            macaroon=row.macaroon,
-            preimage=row.preimage,
-        )
-    return found
-
-
-def kept_tokens(hosts: Iterable[str]) -> dict[str, KeptToken]:
-    """The newest token each of ``hosts`` accepted, unexpired and not refused since."""
-    found: dict[str, KeptToken] = {}
-    rows = (
-        PaymentAttempt.objects.filter(
-            host__in=set(hosts),
-            state=PaymentState.USED,
-            retired_at__isnull=True,
-            expires_at__gt=timezone.now(),
-        )
-        .order_by("host", "-paid_at")
-        .values_list("host", "id", "scheme", "macaroon", "preimage")
-    )
-    for host, pk, scheme, macaroon, preimage in rows:
-        found.setdefault(host, KeptToken(pk, host, scheme, macaroon, preimage))
-    return found
-
-
-def paying_hosts(hosts: Iterable[str]) -> dict[str, int | None]:
-    """Which of ``hosts`` have a payment under way, and the delivery it is for."""
-    rows = PaymentAttempt.objects.filter(host__in=set(hosts), state=PaymentState.PENDING)
-    return dict(rows.values_list("host", "delivery_id"))
-
-
-def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:
-    """``(id, payment hash)`` of pending attempts that no live delivery will resolve:
-    their delivery finished (given up, refused) or was pruned.  They block their host."""
-    cutoff = timezone.now() - timedelta(seconds=older_than)
-    rows = PaymentAttempt.objects.filter(state=PaymentState.PENDING, created_at__lt=cutoff)
-    rows = rows.filter(Q(delivery__isnull=True) | Q(delivery__state__in=FINAL_STATES))
-    return list(rows.order_by("id").values_list("id", "payment_hash")[:limit])
 
 
 def settle(settlements: Iterable[Settlement]) -> None:
@@ -127,7 +61,7 @@ def prune(older_than: float) -> int:
     old = PaymentAttempt.objects.filter(created_at__lt=cutoff, delivery__isnull=True)
     ids = list(old.exclude(state=PaymentState.PENDING).values_list("id", flat=True)[:5000])
     deleted, _ = PaymentAttempt.objects.filter(id__in=ids).delete()
-    PaymentBudget.objects.filter(day__lt=_day(cutoff)).delete()
+    PaymentBudget.objects.filter(day__lt=day_of(cutoff)).delete()
     return deleted
 
 
@@ -150,12 +84,6 @@ def _release(sender: str, day: date, amount: int) -> None:
         PaymentBudget.objects.filter(sender=sender, day=day, spent_msat__gte=amount).update(
             spent_msat=F("spent_msat") - amount
         )
-
-
-def spent_today(sender: str) -> int:
-    """What ``sender`` has paid or reserved today (UTC), in millisatoshis."""
-    row = PaymentBudget.objects.filter(sender=sender, day=_day(timezone.now())).first()
-    return row.spent_msat if row else 0
 
 
 # ----------------------------------------------------------------- outcomes ---
@@ -251,7 +179,7 @@ def _settle(settlement: Settlement, signals: _Signals) -> None:
             reason="",
             reserved_msat=attempt.amount_msat + fee,
         )
-        spent, day = attempt.amount_msat + fee, _day(attempt.created_at)
+        spent, day = attempt.amount_msat + fee, day_of(attempt.created_at)
         if attempt.state == PaymentState.FAILED:  # given back too early: take it again
             budget = PaymentBudget.objects.filter(sender=attempt.sender, day=day)
             budget.update(spent_msat=F("spent_msat") + spent)
@@ -263,7 +191,7 @@ def _settle(settlement: Settlement, signals: _Signals) -> None:
         if attempt is not None and rows.filter(state=PaymentState.PENDING).update(
             state=PaymentState.FAILED, reason=settlement.reason[:500], reserved_msat=0
         ):
-            _release(attempt.sender, _day(attempt.created_at), attempt.reserved_msat)
+            _release(attempt.sender, day_of(attempt.created_at), attempt.reserved_msat)
             signals.failed.append((attempt.pk, settlement.reason))
     elif change is Change.USED:
         rows.filter(state__in=(PaymentState.PAID, PaymentState.USED)).update(
@@ -280,8 +208,8 @@ def _settle(settlement: Settlement, signals: _Signals) -> None:
         )
 
 
-def _next_day(now: datetime) -> float:
-    midnight = datetime.combine(_day(now) + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
+def _nextday_of(now: datetime) -> float:
+    midnight = datetime.combine(day_of(now) + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
     return (midnight - now).total_seconds()
 
 
@@ -319,21 +247,28 @@ def _open(
                 invoice_expires_at=_at(challenge.invoice_expires_at),
                 expires_at=now + timedelta(seconds=settings.token_lifetime),
             )
-            if not _reserve(sender, _day(now), reserve, settings.daily_budget_msat):
+            if bought_meanwhile(row.host, row.id, now):
+                raise _BoughtMeanwhile
+            if not _reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
                 raise _OverBudget
+    except _BoughtMeanwhile:
+        error = "held: a token for this host was bought while this delivery was sent"
+        return replace(
+            outcome, result=AttemptResult.HELD, error=error, held_for=settings.hold_while_paying
+        )
     except _OverBudget:
         signals.over_budget.append(
             {
                 "delivery": row.id,
                 "actor": sender,
-                "day": _day(now),
+                "day": day_of(now),
                 "spent_msat": spent_today(sender),
                 "budget_msat": settings.daily_budget_msat,
                 "amount_msat": challenge.amount_msat,
             }
         )
         error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
-        return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_next_day(now))
+        return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_nextday_of(now))
     except IntegrityError:
         error = "held: another payment to this host is under way"
         return replace(
@@ -342,17 +277,16 @@ def _open(
     return outcome
 
 
+class _BoughtMeanwhile(Exception):
+    """Raised inside the savepoint: the host has a token this delivery should try."""
+
+
 class _OverBudget(Exception):
     """Raised inside the savepoint to undo the attempt just written."""
 
 
 __all__ = [
-    "kept_tokens",
-    "open_attempts",
-    "orphans",
-    "paying_hosts",
     "prune",
     "record_payments",
     "settle",
-    "spent_today",
 ]

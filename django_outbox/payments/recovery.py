@@ -14,7 +14,8 @@ import logging
 
 from django_outbox.payments.clients import PaymentState
 from django_outbox.payments.errors import PaymentClientError
-from django_outbox.payments.ledger import orphans, settle
+from django_outbox.payments.ledger import settle
+from django_outbox.payments.lookups import orphans
 from django_outbox.payments.paying import payment_client
 from django_outbox.payments.reports import Change, Settlement
 from django_outbox.payments.settings import PaymentSettings

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django_outbox import outbox
 from django_outbox.models import Delivery, DeliveryState, PaymentAttempt, PaymentBudget
 from django_outbox.outcomes import Outcome
-from django_outbox.payments.ledger import kept_tokens, open_attempts, spent_today
+from django_outbox.payments.lookups import kept_tokens, open_attempts, spent_today
 from django_outbox.signals import (
     delivery_settled,
     payment_budget_exceeded,
@@ -98,6 +98,11 @@ class Collected:
 
 def round_of(ids: list[int]) -> list[Outcome]:
     """Claim ``ids`` (those due), send them and record what came of it."""
+    return recorded(attempted(ids))
+
+
+def attempted(ids: list[int]) -> list[Outcome]:
+    """Claim ``ids`` (those due) and send them; what came of it, not yet recorded."""
     Delivery.objects.filter(id__in=ids, state=DeliveryState.QUEUED).update(
         next_attempt_at=timezone.now()
     )
@@ -111,7 +116,12 @@ def round_of(ids: list[int]) -> list[Outcome]:
     for job in jobs:  # on the engine's loop, where the process's transport belongs
         made = process.engine.call(perform(job, process.transport, process.breakers, None))
         outcomes.append(made.result(30))
-    return [outcome for outcome, _ in apply_outcomes(outcomes).decided]  # as recorded
+    return outcomes
+
+
+def recorded(outcomes: list[Outcome]) -> list[Outcome]:
+    """Record ``outcomes`` as the recorder does; the outcomes as recorded."""
+    return [outcome for outcome, _ in apply_outcomes(outcomes).decided]
 
 
 Catch = Callable[[Signal], list[dict[str, Any]]]
@@ -216,6 +226,27 @@ def test_two_deliveries_meeting_a_402_at_once_pay_once(
         round_of(ids)
     assert {state(pk) for pk in ids} == {DeliveryState.DELIVERED}
     assert len(node.payments()) == 1  # the second used the first's token
+
+
+@pytest.mark.usefixtures("configured")
+def test_a_402_met_while_another_delivery_bought_a_token_tries_that_token(
+    inbox: L402InboxServer, node: FakeNode
+) -> None:
+    """Another worker sent ``late`` before any payment began and records its 402 after
+    that payment was made and its token used: ``late`` waits for the token, pays nothing."""
+    first, late = send(inbox.url("/a"), inbox.url("/b"))
+    [challenged] = attempted([late])
+    assert challenged.result == "paying"
+    round_of([first])
+    round_of([first])
+    assert state(first) == DeliveryState.DELIVERED
+    [held] = recorded([challenged])
+    assert (held.result, "bought" in held.error) == ("held", True)
+    assert PaymentAttempt.objects.count() == 1
+    [outcome] = round_of([late])
+    assert outcome.result == "delivered"
+    assert len(node.payments()) == 1
+    assert PaymentAttempt.objects.get().uses == 2
 
 
 def test_over_the_daily_budget_deliveries_are_held_and_told(

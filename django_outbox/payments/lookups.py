@@ -1,0 +1,106 @@
+"""What claims and the sweeper read of payment attempts and budgets; the writes are
+:mod:`~django_outbox.payments.ledger`'s.
+
+A claim calls :func:`open_attempts` and :func:`kept_tokens` to hand the attempts what
+to pay and what to present, and :func:`paying_hosts` to hold deliveries whose host
+another delivery is paying; the sweeper asks :func:`orphans` which pending payments
+no delivery will resolve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, date, datetime, timedelta
+
+from django.db.models import Q
+from django.utils import timezone
+
+from django_outbox.models import FINAL_STATES
+from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
+from django_outbox.payments.reports import KeptToken, OpenAttempt
+
+_OPEN = (PaymentState.PENDING, PaymentState.PAID)
+
+
+def day_of(moment: datetime) -> date:
+    """The UTC day a budget counts ``moment`` in."""
+    return moment.astimezone(UTC).date()
+
+
+def open_attempts(delivery_ids: Sequence[int]) -> dict[int, OpenAttempt]:
+    """The newest pending or paid attempt of each of ``delivery_ids`` that has one."""
+    found: dict[int, OpenAttempt] = {}
+    rows = PaymentAttempt.objects.filter(
+        delivery_id__in=list(delivery_ids), state__in=_OPEN
+    ).order_by("delivery_id", "-id")
+    for row in rows:
+        if row.delivery_id is None or row.delivery_id in found:
+            continue
+        found[row.delivery_id] = OpenAttempt(
+            attempt_id=row.pk,
+            destination=row.destination,
+            state=row.state,
+            scheme=row.scheme,
+            payment_hash=row.payment_hash,
+            amount_msat=row.amount_msat,
+            pay_amount_msat=row.pay_amount_msat,
+            invoice_expires_at=row.invoice_expires_at.timestamp(),
+            expires_at=row.expires_at.timestamp(),
+            invoice=row.invoice,
+            macaroon=row.macaroon,
+            preimage=row.preimage,
+        )
+    return found
+
+
+def kept_tokens(hosts: Iterable[str]) -> dict[str, KeptToken]:
+    """The newest token each of ``hosts`` accepted, unexpired and not refused since."""
+    found: dict[str, KeptToken] = {}
+    rows = (
+        PaymentAttempt.objects.filter(
+            host__in=set(hosts),
+            state=PaymentState.USED,
+            retired_at__isnull=True,
+            expires_at__gt=timezone.now(),
+        )
+        .order_by("host", "-paid_at")
+        .values_list("host", "id", "scheme", "macaroon", "preimage")
+    )
+    for host, pk, scheme, macaroon, preimage in rows:
+        found.setdefault(host, KeptToken(pk, host, scheme, macaroon, preimage))
+    return found
+
+
+def paying_hosts(hosts: Iterable[str]) -> dict[str, int | None]:
+    """Which of ``hosts`` have a payment under way, and the delivery it is for."""
+    rows = PaymentAttempt.objects.filter(host__in=set(hosts), state=PaymentState.PENDING)
+    return dict(rows.values_list("host", "delivery_id"))
+
+
+def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:
+    """``(id, payment hash)`` of pending attempts that no live delivery will resolve:
+    their delivery finished (given up, refused) or was pruned.  They block their host."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    rows = PaymentAttempt.objects.filter(state=PaymentState.PENDING, created_at__lt=cutoff)
+    rows = rows.filter(Q(delivery__isnull=True) | Q(delivery__state__in=FINAL_STATES))
+    return list(rows.order_by("id").values_list("id", "payment_hash")[:limit])
+
+
+def bought_meanwhile(host: str, delivery_id: int, now: datetime) -> bool:
+    """Whether ``host`` has a token to try first: one it accepted, or one paid for a
+    delivery still under way.  Asked after the pending row is written, so that the
+    statement waits for (and then sees) another worker's payment committing at once."""
+    live = ~Q(delivery__state__in=FINAL_STATES) & Q(delivery__isnull=False)
+    accepted = Q(state=PaymentState.USED, retired_at__isnull=True, expires_at__gt=now)
+    return (
+        PaymentAttempt.objects.filter(host=host)
+        .exclude(delivery_id=delivery_id)
+        .filter(accepted | (Q(state=PaymentState.PAID) & live))
+        .exists()
+    )
+
+
+def spent_today(sender: str) -> int:
+    """What ``sender`` has paid or reserved today (UTC), in millisatoshis."""
+    row = PaymentBudget.objects.filter(sender=sender, day=day_of(timezone.now())).first()
+    return row.spent_msat if row else 0
