@@ -1,4 +1,4 @@
-"""Run the benchmarks: ``/tmp/venv/bin/python bench/run.py [--quick] [--only NAME ...]``.
+"""Run the benchmarks: ``.venv/bin/python bench/run.py [--quick] [--only NAME ...]``.
 
 Copies ``django_outbox/``, ``testproject/`` and ``bench/`` to ``.run/bench/code-*`` and
 runs that copy (others may edit the tree meanwhile; ``--no-snapshot`` runs in place).
