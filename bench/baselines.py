@@ -22,18 +22,9 @@ import threading
 import time
 from typing import Any
 
-from bench.common import (
-    ACTOR,
-    Env,
-    Farm,
-    Worker,
-    activity,
-    log,
-    machine_busy,
-    reset_state,
-    summary,
-    wait_quiet,
-)
+from bench.common import ACTOR, Env, activity, log, reset_state
+from bench.figures import machine_busy, summary, wait_quiet
+from bench.processes import Farm, Worker
 
 ED_ACTOR = "https://demo.example/users/edna"
 BARE_PROCESSES = 2

@@ -37,7 +37,8 @@ from kombu import Queue
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import PYTHON, RESULTS_DIR, ROOT, RUN_DIR, log, save_json
+from bench.common import PYTHON, RESULTS_DIR, ROOT, RUN_DIR, log
+from bench.figures import save_json
 
 BULK, URGENT, PRIORITY = "bb.bulk", "bb.urgent", "bb.priority"
 LOG = Path(os.environ.get("BB_LOG", RUN_DIR / "broker_behaviour.log"))

@@ -16,7 +16,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.common import ACTOR, Env, Farm, activity, log, reset_state, wait_quiet
+from bench.common import ACTOR, Env, activity, log, reset_state
+from bench.figures import wait_quiet
+from bench.processes import Farm
 
 ED_ACTOR = "https://demo.example/users/edna"
 

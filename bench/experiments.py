@@ -20,18 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    PYTHON,
-    Env,
-    Farm,
-    Worker,
-    activity,
-    log,
-    machine_busy,
-    reset_state,
-    wait_quiet,
-    wait_settled,
-)
+from bench.common import PYTHON, Env, activity, log, reset_state, wait_settled
+from bench.figures import machine_busy, wait_quiet
+from bench.processes import Farm, Worker
 
 ED_ACTOR = "https://demo.example/users/edna"
 HOSTS = 200

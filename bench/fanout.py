@@ -24,7 +24,8 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import ACTOR, Env, activity, log, reset_state, summary, wait_quiet
+from bench.common import ACTOR, Env, activity, log, reset_state
+from bench.figures import summary, wait_quiet
 
 
 def inboxes(count: int) -> list[str]:

@@ -17,18 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import (
-    ACTOR,
-    FINAL,
-    Env,
-    Farm,
-    Worker,
-    activity,
-    log,
-    reset_state,
-    state_counts,
-    wait_quiet,
-)
+from bench.common import ACTOR, FINAL, Env, activity, log, reset_state, state_counts
+from bench.figures import wait_quiet
+from bench.processes import Farm, Worker
 
 HOSTS = 200
 #: Deliveries made in each run: the same work whatever the queue depth.

@@ -40,21 +40,16 @@ from bench.common import (
     ACTOR,
     REPO,
     Env,
-    Farm,
-    Worker,
     activity,
     broker_connection,
-    cpu_seconds,
-    load_average,
     log,
-    process_tree,
     purge_rabbitmq,
     reset_state,
     start_rabbitmq,
-    summary,
-    wait_quiet,
     wait_settled,
 )
+from bench.figures import load_average, summary, wait_quiet
+from bench.processes import Farm, Worker, cpu_seconds, process_tree
 
 HOSTS = 200
 SIZES = (1, 2, 4)

@@ -19,19 +19,9 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from bench.common import (
-    RESULTS_DIR,
-    Env,
-    Worker,
-    activity,
-    log,
-    machine,
-    reset_state,
-    save_json,
-    setup_django,
-    start_services,
-    summary,
-)
+from bench.common import RESULTS_DIR, Env, activity, log, reset_state, setup_django, start_services
+from bench.figures import machine, save_json, summary
+from bench.processes import Worker
 
 PRICE_MSAT = 1_000
 

@@ -24,22 +24,9 @@ import contextlib
 import time
 from typing import Any
 
-from bench.common import (
-    ACTOR,
-    FINAL,
-    README_QUEUES,
-    Env,
-    Farm,
-    RecordingInbox,
-    Worker,
-    activity,
-    log,
-    percentile,
-    reset_state,
-    state_counts,
-    summary,
-    wait_quiet,
-)
+from bench.common import ACTOR, FINAL, README_QUEUES, Env, activity, log, reset_state, state_counts
+from bench.figures import percentile, summary, wait_quiet
+from bench.processes import Farm, RecordingInbox, Worker
 
 HOSTS = 200
 

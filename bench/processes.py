@@ -19,15 +19,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from bench.common import (
-    BASE_WORKER_SETTINGS,
-    LOG_DIR,
-    PYTHON,
-    README_QUEUES,
-    ROOT,
-    RUN_DIR,
-    Env,
-)
+from bench.common import BASE_WORKER_SETTINGS, LOG_DIR, PYTHON, README_QUEUES, ROOT, RUN_DIR, Env
 
 
 def _read_json_line(proc: subprocess.Popen[str], timeout: float) -> dict[str, Any]:

@@ -36,18 +36,16 @@ from bench import (
     throughput,
 )
 from bench.common import (
-    QUIET_WAIT,
     REPO,
     RESULTS_DIR,
     Env,
     log,
-    machine,
-    save_json,
     setup_django,
     snapshot,
     start_rabbitmq,
     start_services,
 )
+from bench.figures import QUIET_WAIT, machine, save_json
 
 Scenario = Callable[[Env, bool], dict[str, Any]]
 

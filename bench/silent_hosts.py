@@ -16,19 +16,9 @@ import argparse
 import time
 from typing import Any
 
-from bench.common import (
-    RESULTS_DIR,
-    Env,
-    Worker,
-    activity,
-    log,
-    machine,
-    reset_state,
-    save_json,
-    setup_django,
-    start_services,
-    summary,
-)
+from bench.common import RESULTS_DIR, Env, activity, log, reset_state, setup_django, start_services
+from bench.figures import machine, save_json, summary
+from bench.processes import Worker
 
 #: The package's default breaker cool-off, the window requests are counted in.
 COOL_OFF = 60.0

@@ -28,7 +28,8 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import RESULTS_DIR, Env, _with_path, log, save_json, setup_django, start_services
+from bench.common import RESULTS_DIR, Env, _with_path, log, setup_django, start_services
+from bench.figures import save_json
 
 DATABASE = "outbox_status_bench"
 

@@ -16,19 +16,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench.common import (
-    ACTOR,
-    Env,
-    Farm,
-    Worker,
-    activity,
-    log,
-    machine_busy,
-    reset_state,
-    summary,
-    wait_quiet,
-    wait_settled,
-)
+from bench.common import ACTOR, Env, activity, log, reset_state, wait_settled
+from bench.figures import machine_busy, summary, wait_quiet
+from bench.processes import Farm, Worker
 
 
 @dataclass(frozen=True)

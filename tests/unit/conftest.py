@@ -13,6 +13,7 @@ from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.db import connections
 
+from django_outbox import keys
 from django_outbox.store.transitions import OutcomePlan
 from django_outbox.worker import recorder
 from django_outbox.worker.process import stop_this_process
@@ -62,3 +63,15 @@ def worker_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
     finally:
         stop_this_process(timeout=5)
+
+
+@pytest.fixture(scope="module")
+def rsa_pem() -> str:
+    """An RSA-2048 private key (PEM), one per test module."""
+    return keys.generate_rsa_pem()
+
+
+@pytest.fixture(scope="module")
+def ed_pem() -> str:
+    """An Ed25519 private key (PEM), one per test module."""
+    return keys.generate_ed25519_pem()

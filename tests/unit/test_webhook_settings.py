@@ -13,7 +13,7 @@ from django_outbox.models import Signing
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookSecret, as_webhook_keys
 from testproject.demo.keys import ACTOR
 from testproject.demo.webhooks import OLD_SECRET, SECRET, SHOP, SIGNING_KEY
-from tests.unit.test_webhook_signing import _needles, _shown_anywhere
+from tests.unit.webhook_samples import needles, shown_anywhere
 
 HIDDEN = "whsec_" + base64.b64encode(b"never shown anywhere, not once!!").decode()
 
@@ -55,7 +55,7 @@ def _send_error(holder: list[str]) -> InvalidWebhookSecret:
 @pytest.mark.django_db
 def test_a_malformed_secret_is_shown_nowhere_in_the_error_of_a_send() -> None:
     malformed = HIDDEN[:-3] + "*"
-    assert _shown_anywhere(_send_error([malformed]), _needles(malformed)) == []
+    assert shown_anywhere(_send_error([malformed]), needles(malformed)) == []
 
 
 @pytest.mark.django_db

@@ -19,7 +19,6 @@ from django.utils import timezone
 
 from django_outbox import outbox
 from django_outbox.models import Delivery, DeliveryState, PaymentAttempt, PaymentBudget
-from django_outbox.outcomes import Outcome
 from django_outbox.payments.lookups import kept_tokens, open_attempts, spent_today
 from django_outbox.signals import (
     delivery_settled,
@@ -27,16 +26,12 @@ from django_outbox.signals import (
     payment_failed,
     payment_made,
 )
-from django_outbox.store.claimed import new_token
-from django_outbox.store.transitions import claim
-from django_outbox.worker.attempt import perform
-from django_outbox.worker.process import this_process
-from django_outbox.worker.recorder import apply_outcomes
 from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402Gate, L402InboxServer, Mode
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
+from tests.unit.payments.rounds import attempted, recorded, round_of, state
 
 pytestmark = pytest.mark.django_db
 NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "x"}
@@ -86,44 +81,6 @@ def send(*urls: str) -> list[int]:
     return list(Delivery.objects.filter(inbox__in=urls).order_by("id").values_list("id", flat=True))
 
 
-class Collected:
-    """Stands for the recorder thread, whose connection would not see this test's rows."""
-
-    def __init__(self) -> None:
-        self.outcomes: list[Outcome] = []
-
-    def put(self, outcome: Outcome) -> None:
-        self.outcomes.append(outcome)
-
-
-def round_of(ids: list[int]) -> list[Outcome]:
-    """Claim ``ids`` (those due), send them and record what came of it."""
-    return recorded(attempted(ids))
-
-
-def attempted(ids: list[int]) -> list[Outcome]:
-    """Claim ``ids`` (those due) and send them; what came of it, not yet recorded."""
-    Delivery.objects.filter(id__in=ids, state=DeliveryState.QUEUED).update(
-        next_attempt_at=timezone.now()
-    )
-    process = this_process()
-    recorder, process.recorder = process.recorder, Collected()  # type: ignore[assignment]
-    try:
-        jobs = process.jobs_for(claim(ids, new_token()))
-        outcomes = process.recorder.outcomes  # type: ignore[attr-defined]
-    finally:
-        process.recorder = recorder
-    for job in jobs:  # on the engine's loop, where the process's transport belongs
-        made = process.engine.call(perform(job, process.transport, process.breakers, None))
-        outcomes.append(made.result(30))
-    return outcomes
-
-
-def recorded(outcomes: list[Outcome]) -> list[Outcome]:
-    """Record ``outcomes`` as the recorder does; the outcomes as recorded."""
-    return [outcome for outcome, _ in apply_outcomes(outcomes).decided]
-
-
 Catch = Callable[[Signal], list[dict[str, Any]]]
 
 
@@ -145,10 +102,6 @@ def caught() -> Iterator[Catch]:
     yield catch
     for signal, receiver in connected:
         signal.disconnect(receiver)
-
-
-def state(pk: int) -> str:
-    return Delivery.objects.get(pk=pk).state
 
 
 @pytest.mark.usefixtures("configured")

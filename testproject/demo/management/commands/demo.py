@@ -14,15 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
-import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -35,123 +31,14 @@ from django.db.models.functions import Coalesce
 
 from django_outbox import Batch, outbox
 from django_outbox.models import FINAL_STATES, Delivery, DeliveryState
+from testproject.demo.host_plan import Group, farm_for, groups, spread_inboxes
 from testproject.demo.keys import ACTOR
-from testproject.demo.paid import PRICE_MSAT, Lightning, paid_msat
+from testproject.demo.paid import Lightning, paid_msat
 from testproject.demo.progress import ProgressLine, Snapshot, snapshot
-from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
-from testproject.lightning.l402_inbox import L402Gate
+from testproject.demo.worker_process import DEMO_SETTINGS, Worker, broker_overrides
+from testproject.inbox_servers import Behaviour, ServerFarm
 
-#: Settings of the worker (and of this process): quick retries so that the demo ends.
-DEMO_SETTINGS: dict[str, Any] = {
-    "OUTBOX_RETRY_BASE": 1.0,
-    "OUTBOX_RETRY_CAP": 2.0,
-    "OUTBOX_MAX_ATTEMPTS": 4,
-    "OUTBOX_CONNECT_TIMEOUT": 1.0,
-    "OUTBOX_TOTAL_TIMEOUT": 3.0,
-    "OUTBOX_LEASE_SECONDS": 30.0,
-    "OUTBOX_STOP_TIMEOUT": 3.0,
-    "OUTBOX_BREAKER_COOL_OFF": 3.0,
-}
-QUEUES = "outbox.priority,outbox"
-QUIET = ("--without-heartbeat", "--without-mingle", "--without-gossip")
 SWEEP_EVERY = 3.0
-POLL = float(os.environ.get("DEMO_POLL", "0.1"))
-
-
-@dataclass
-class Group:
-    """Hosts that behave alike, and what their deliveries should end as."""
-
-    label: str
-    expect: str
-    hosts: int
-    inboxes_per_host: int  # 0: share the inboxes the other groups leave
-    behaviour: Any  # Behaviour, or a function of the host's index giving one
-    servers: list[InboxServer] = field(default_factory=list)
-    inboxes: list[str] = field(default_factory=list)
-
-    def behaviour_for(self, index: int) -> Behaviour:
-        return self.behaviour(index) if callable(self.behaviour) else self.behaviour
-
-
-def groups(hosts: int, gate: L402Gate) -> list[Group]:
-    """The demo's mix of hosts: all but nine are quick and healthy."""
-    special = [
-        Group("500, then 202", "delivered", 3, 8, Behaviour(statuses=(500, 202), delay=0.03)),
-        Group(
-            "429 Retry-After: 2, then 202",
-            "delivered",
-            1,
-            8,
-            Behaviour(statuses=(429, 202), headers={"Retry-After": "2"}, delay=0.03),
-        ),
-        Group(
-            "202 to RFC 9421 only (401 else)",
-            "delivered",
-            1,
-            40,
-            Behaviour.accept_only("rfc9421", delay=0.03),
-        ),
-        Group("202 after 0.5 s", "delivered", 1, 20, Behaviour(delay=0.5)),
-        Group("410 Gone", "refused", 1, 20, Behaviour(statuses=(410,), delay=0.03)),
-        Group("silent (times out)", "failed", 1, 2, Behaviour(silent=True)),
-        Group(
-            f"402 L402, {PRICE_MSAT:,} msat a message",
-            "delivered",
-            1,
-            10,
-            Behaviour(delay=0.03, gate=gate),
-        ),
-    ]
-    quick = hosts - sum(g.hosts for g in special)
-    if quick < 1:
-        raise CommandError(f"--hosts must be at least {hosts - quick + 1}")
-    fast = Group(
-        "202 after 20-50 ms",
-        "delivered",
-        quick,
-        0,
-        lambda i: Behaviour(delay=0.02 + 0.005 * (i % 7)),
-    )
-    return [fast, *special]
-
-
-@contextmanager
-def farm_for(plan: list[Group]) -> Iterator[ServerFarm]:
-    farm = ServerFarm(sum(g.hosts for g in plan), record=False)
-    servers = iter(farm.servers)
-    for group in plan:
-        group.servers = [next(servers) for _ in range(group.hosts)]
-    with farm:
-        yield farm
-
-
-def spread_inboxes(plan: list[Group], total: int) -> list[str]:
-    """Give each group its inboxes (``/users/N/inbox`` on each host) and return them all,
-    shuffled as a real follower list would be."""
-    fixed = sum(g.hosts * g.inboxes_per_host for g in plan)
-    if total <= fixed:
-        raise CommandError(f"--inboxes must be more than {fixed}")
-    rest = [g for g in plan if not g.inboxes_per_host]
-    share = total - fixed
-    everything: list[str] = []
-    host_index = 0
-    for group in plan:
-        for i, server in enumerate(group.servers):
-            if group.inboxes_per_host:
-                count = group.inboxes_per_host
-            else:
-                hosts = sum(g.hosts for g in rest)
-                count = share // hosts + (1 if i < share % hosts else 0)
-            behaviour = group.behaviour_for(host_index)
-            host_index += 1
-            for n in range(1, count + 1):
-                path = f"/users/{n}/inbox"
-                server.behave(path, behaviour)
-                group.inboxes.append(server.url(path))
-        everything.extend(group.inboxes)
-    random.Random(42).shuffle(everything)
-    return everything
 
 
 def activity(kind: str, text: str) -> dict[str, Any]:
@@ -178,89 +65,6 @@ class Stopped(Exception):
 
 def _exit_on_signal(signum: int, frame: object) -> None:
     raise Stopped(signal.Signals(signum).name)
-
-
-def _die_with_parent() -> None:
-    """In the worker, before exec: get SIGTERM when the demo process dies (Linux)."""
-    with suppress(Exception):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-class Worker:
-    """``celery -A testproject worker`` in a process group of its own."""
-
-    def __init__(self, run_dir: Path, concurrency: int, extra: dict[str, Any]) -> None:
-        self.log = run_dir / "worker.log"
-        env = dict(os.environ)
-        env.update(
-            OUTBOX_RUN_DIR=str(run_dir),
-            OUTBOX_SETTINGS_JSON=json.dumps({**DEMO_SETTINGS, **broker_overrides(), **extra}),
-            DJANGO_SETTINGS_MODULE="testproject.settings",
-            PYTHONPATH=os.pathsep.join(
-                p for p in (str(settings.BASE_DIR), env.get("PYTHONPATH", "")) if p
-            ),
-        )
-        if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-            env["OUTBOX_SQLITE"] = str(settings.DATABASES["default"]["NAME"])
-        self.command = [
-            "celery",
-            "-A",
-            "testproject",
-            "worker",
-            "-Q",
-            QUEUES,
-            "-c",
-            str(concurrency),
-        ]
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", *self.command, "--loglevel=INFO", *QUIET],
-            cwd=os.getcwd(),
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=self.log.open("w"),
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-
-    def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if b" ready." in self.log.read_bytes():
-                return
-            if self.process.poll() is not None:
-                break
-            time.sleep(0.1)
-        self.stop()
-        tail = self.log.read_text(errors="replace")[-3000:]
-        raise CommandError(f"the worker did not start (log {self.log}):\n{tail}")
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-    def stop(self, timeout: float = 30.0) -> int | None:
-        """Warm shutdown (SIGTERM), then SIGKILL to its process group if it hangs."""
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with suppress(ProcessLookupError):
-                    os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait(10)
-        return self.process.returncode
-
-
-def broker_overrides() -> dict[str, Any]:
-    """The filesystem transport polls its folder once a second by default, and a
-    worker with all its prefetch slots taken waits a whole poll for the next message:
-    ask it to look more often."""
-    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", {})
-    if not settings.CELERY_BROKER_URL.startswith("filesystem:") or "polling_interval" in options:
-        return {}
-    return {"CELERY_BROKER_TRANSPORT_OPTIONS": {**options, "polling_interval": POLL}}
 
 
 def use_demo_settings() -> None:
