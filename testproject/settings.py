@@ -22,6 +22,7 @@ SECRET_KEY = "testproject-not-secret"
 DEBUG = True
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 USE_TZ = True
+TIME_ZONE = "UTC"  # Django sets the process TZ from it: logs and benchmark times in UTC
 ROOT_URLCONF = "testproject.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
