@@ -241,7 +241,7 @@ def experiments_table(results: dict[str, Any]) -> str:
         return ""
     lines = [
         f"| variant ({exp['deliveries']:,} pre-queued, Ed25519) | deliveries/s | "
-        "worker CPU ms/delivery | engine threads | recorder | main thread |",
+        "worker CPU ms/delivery | engine loop | recorder | main thread |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for label, v in exp["variants"].items():
@@ -249,7 +249,7 @@ def experiments_table(results: dict[str, Any]) -> str:
             t = r["threads_ms_per_delivery"]
             lines.append(
                 f"| {label} | {r['rate']:,.0f} | {r['worker_cpu_ms_per_delivery']:.2f} | "
-                f"{t.get('outbox-send-N', 0):.2f} | {t.get('outbox-recorder', 0):.2f} | "
+                f"{t.get('outbox-engine', 0):.2f} | {t.get('outbox-recorder', 0):.2f} | "
                 f"{t.get('MainThread', 0):.2f} |"
             )
     return "\n".join(lines)
