@@ -6,8 +6,9 @@ deliveries in flight, at most ``OUTBOX_PER_HOST`` to one host.  A delivery whose
 host is at its cap waits in that host's line, and one under way for
 :data:`SLOW_AFTER` seconds stops counting against the concurrency (up to
 ``max_in_flight`` in all), so slow or silent servers take their own slots and no
-others.  Priority-lane deliveries are started before any other that waits, and go
-to the front of their host's line.
+others.  Priority-lane deliveries are started before any other that waits, go to
+the front of their host's line, and do not wait for a slot of the concurrency:
+like slow ones, they only count against ``max_in_flight``.
 
 Waiting for answers costs no thread: hundreds of requests wait on one loop, and
 the CPU a delivery needs (signing, writing, parsing) is spent on that loop's one
@@ -18,8 +19,9 @@ every step of a delivery (each ``await``) waits for one turn of the loop, in whi
 every other delivery in flight takes its own step, and each blocking call it hands
 to the loop's executor queues behind theirs: a one-inbox reply started behind 64
 CPU-bound deliveries to new hosts took up to a second to reach its server.  On the
-urgent loop its steps wait only for the interpreter lock.  Both loops share the
-caps: one ``concurrency``, one ``max_in_flight`` and one line per host.
+urgent loop its steps wait only for the interpreter lock, and it starts without
+waiting for a bulk delivery to end (a turn of that loop can take 100 ms and more).
+Both loops share the caps: one ``max_in_flight`` and one line per host.
 """
 
 from __future__ import annotations
@@ -62,9 +64,9 @@ class Engine(Generic[J]):
     most ``backlog`` jobs (one per unit of concurrency unless given) ready to start
     and ``parked`` (four per unit) waiting in the lines of hosts at their cap, which
     keeps a worker from claiming more than it can send before the leases of what it
-    claimed run out.  Jobs running for more than ``slow_after`` seconds do not count
-    against ``concurrency``; at most ``max_in_flight`` run in all.  All methods but
-    the work itself may be called from any thread.
+    claimed run out.  Urgent jobs, and jobs running for more than ``slow_after``
+    seconds, do not count against ``concurrency``; at most ``max_in_flight`` run in
+    all.  All methods but the work itself may be called from any thread.
     """
 
     def __init__(
@@ -99,7 +101,8 @@ class Engine(Generic[J]):
         self._waiting = 0  # ready to start or parked in a host's line
         self._parked = 0
         self._active: dict[int, tuple[J, float, asyncio.Task[None]]] = {}
-        self._slow = 0
+        self._slow = 0  # running for more than slow_after, urgent ones aside
+        self._urgent_running = 0
         self._stopping = False
         # Per loop, by urgency (index 0: the urgent loop): a pump is on its way.
         self._pump_scheduled = [False, False]
@@ -139,16 +142,19 @@ class Engine(Generic[J]):
                 self._waiting -= 1
                 task = self._loops[lane].create_task(self._run(job, lane))
                 self._active[id(job)] = (job, time.monotonic(), task)
+                self._urgent_running += not lane
                 started.append(job)
             if started:
                 self._room_made.notify_all()
 
     def _may_start(self, lane: int) -> bool:
-        """Whether a job of ``lane`` may start; other jobs wait while urgent ones do."""
+        """Whether a job of ``lane`` (0: urgent) may start; others wait while urgent ones do."""
         if self._stopping or not self._runnable[lane] or (lane and self._runnable[0]):
             return False
         running = len(self._active)
-        return running - self._slow < self._concurrency and running < self._max_in_flight
+        if running >= self._max_in_flight:
+            return False
+        return not lane or running - self._slow - self._urgent_running < self._concurrency
 
     async def _run(self, job: J, lane: int) -> None:
         try:
@@ -163,6 +169,7 @@ class Engine(Generic[J]):
     def _done(self, job: J, lane: int) -> None:
         with self._lock:
             del self._active[id(job)]
+            self._urgent_running -= not lane
             host = self._host_of(job)
             line = self._hosts[host]
             if line.waiting:
@@ -184,7 +191,11 @@ class Engine(Generic[J]):
             if self._stopping:
                 return
             since = time.monotonic() - self._slow_after
-            slow = sum(1 for _, started, _ in self._active.values() if started < since)
+            slow = sum(
+                1
+                for job, started, _ in self._active.values()
+                if started < since and not self._urgent(job)
+            )
             grew, self._slow = slow > self._slow, slow
             if grew:
                 self._wake(but=1)

@@ -254,3 +254,23 @@ def test_both_loops_share_the_per_host_cap() -> None:
     engine.submit(tasks)
     assert engine.wait_idle(5)
     assert peaks["h"] == 1 and len(log) == 6
+
+
+def test_urgent_jobs_do_not_wait_for_a_slot_but_for_the_most_in_flight() -> None:
+    started: list[Task] = []
+    engine = holding(started, concurrency=1, per_host=1, max_in_flight=3)
+    bulk = [Task("a"), Task("b")]
+    engine.submit(bulk)
+    time.sleep(0.05)
+    assert started == [bulk[0]], "the concurrency, for bulk jobs"
+    urgent = [Task(f"u{n}", urgent=True) for n in range(3)]
+    engine.submit(urgent)
+    deadline = time.monotonic() + 5
+    while len(started) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert started[1:] == urgent[:2], "two urgent ones at once, up to the most in flight"
+    for task in [*bulk, *urgent]:
+        task.hold.set()
+    assert engine.wait_idle(5)
+    assert len(started) == 5
