@@ -32,7 +32,6 @@ their per-request objects (see ``docs/benchmarks.md``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import ssl
 import time
@@ -213,41 +212,24 @@ class Transport:
         except UnicodeEncodeError:
             raise ProtocolFailed("a request header is not ASCII") from None
 
-    def prepare(self, host: str, port: int) -> None:
-        """Resolve and check ``host`` now, in the calling thread, for a later :meth:`post`.
-
-        For a caller already in another thread (a worker asking its breaker store),
-        so that the post need not hand the lookup to one.  Does nothing while a fresh
-        answer is kept; a failure is left for the post to meet and report.
-        """
-        now = time.monotonic()
-        if self._kept(host, port, now) is None:
-            with contextlib.suppress(TransportError):
-                self._keep(host, port, now, self._resolve(host, port))
-
     async def _addresses(self, host: str, port: int) -> list[str]:
         """The checked addresses for ``host``, from a short cache (the check is cached too)."""
         now = time.monotonic()
-        ips = self._kept(host, port, now)
-        if ips is None:
-            loop = asyncio.get_running_loop()
-            ips = await loop.run_in_executor(None, self._resolve, host, port)
-            self._keep(host, port, now, ips)
-        return ips
-
-    def _resolve(self, host: str, port: int) -> list[str]:
-        return resolve_checked(host, port, self.allowed_networks, resolver=self._resolver)
-
-    def _kept(self, host: str, port: int, now: float) -> list[str] | None:
-        hit = self._dns.get((host, port))
-        return hit[1] if hit is not None and hit[0] > now else None
-
-    def _keep(self, host: str, port: int, now: float, ips: list[str]) -> None:
+        key = (host, port)
+        hit = self._dns.get(key)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        loop = asyncio.get_running_loop()
+        ips = await loop.run_in_executor(
+            None,
+            lambda: resolve_checked(host, port, self.allowed_networks, resolver=self._resolver),
+        )
         if len(self._dns) >= _DNS_CACHE_SIZE:
             self._dns = {k: v for k, v in self._dns.items() if v[0] > now}
             if len(self._dns) >= _DNS_CACHE_SIZE:
                 self._dns = {}
-        self._dns[(host, port)] = (now + self._dns_ttl, ips)
+        self._dns[key] = (now + self._dns_ttl, ips)
+        return ips
 
     async def _attempt(
         self, target: Target, ip: str, request: bytes

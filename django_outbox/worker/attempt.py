@@ -16,7 +16,6 @@ process's own copy cannot answer.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -44,7 +43,7 @@ from django_outbox.transport import (
     TransportError,
     retry_after_seconds,
 )
-from django_outbox.transport.target import Target, parse_target
+from django_outbox.transport.target import parse_target
 
 
 @dataclass(frozen=True)
@@ -152,24 +151,6 @@ async def _signed_post(
     return await _knock(transport, job, job.key, url, sent, authorization)
 
 
-def _admit_ahead(
-    breakers: BreakerStore, key: str, policy: BreakerPolicy, target: Target, transport: Transport
-) -> Admission:
-    """Ask the breaker store (in an executor thread), and while there, what the attempt
-    asks next on a first contact: the origin's scheme in the shared cache and the
-    host's checked addresses.  One hand-off to a thread instead of three.
-
-    Both are only warmed: a failure is met again, and reported, where the attempt
-    asks for them.
-    """
-    admission = breakers.admit(key, policy)
-    if admission.kind != "held":
-        with contextlib.suppress(Exception):
-            remembered(target.origin)
-        transport.prepare(target.host, target.port)
-    return admission
-
-
 def _share(origin: str, scheme: Scheme) -> None:
     """Tell the shared cache what ``origin`` accepted; a cache that fails is only logged."""
     try:
@@ -250,9 +231,7 @@ async def _attempt_at(
         key = breaker_key(target.host, url, conf.BREAKER_SCOPE)
         admission = breakers.admit_now(key, policy)
         if admission is None:
-            admission = await loop.run_in_executor(
-                None, _admit_ahead, breakers, key, policy, target, transport
-            )
+            admission = await loop.run_in_executor(None, breakers.admit, key, policy)
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from hashlib import sha256
 from typing import Any
 
@@ -192,45 +190,3 @@ def test_the_scheme_an_origin_accepted_reaches_the_shared_cache(
 
     assert asyncio.run(attempt()).result is AttemptResult.DELIVERED
     assert cache.get(key) == conf.FIRST_SCHEME
-
-
-class CountingExecutor(ThreadPoolExecutor):
-    """The loop's executor, counting the calls handed to it."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=2)
-        self.calls: list[str] = []
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        self.calls.append(getattr(fn, "__name__", repr(fn)))
-        return super().submit(fn, *args, **kwargs)
-
-
-class NeedsAThread(MemoryBreakerStore):
-    """A store that cannot answer without I/O, as Redis for an untrusted host."""
-
-    def admit_now(self, key: str, policy: BreakerPolicy) -> None:  # type: ignore[override]
-        return None
-
-
-def test_a_first_contact_hands_one_call_to_a_thread_before_its_post(
-    inbox_server: InboxServer,
-) -> None:
-    transport = Transport(
-        user_agent="outbox-test/1",
-        allowed_networks=["127.0.0.0/8"],
-        resolver=lambda host, port: ["127.0.0.1"],
-    )
-    job = jobs(inbox_server, 1)[0]
-    row = job.row._replace(inbox=inbox_server.url("/inbox", host="inbox.test"))
-    executor = CountingExecutor()
-
-    async def attempt() -> Outcome:
-        asyncio.get_running_loop().set_default_executor(executor)
-        done = await perform(replace(job, row=row), transport, NeedsAThread(), BreakerPolicy(3))
-        transport.close()
-        return done
-
-    assert asyncio.run(attempt()).result is AttemptResult.DELIVERED
-    # The breaker, the scheme's cache and DNS in one call; then telling the cache (unawaited).
-    assert executor.calls == ["_admit_ahead", "_share"]

@@ -17,7 +17,6 @@ from django_outbox.transport import (
     BlockedAddress,
     ConnectFailed,
     ProtocolFailed,
-    ResolveError,
     Response,
     TimedOut,
     TLSFailed,
@@ -222,26 +221,6 @@ def test_connects_to_the_checked_address_and_caches_it() -> None:
             assert transport.post(other.url(host="inbox.test"), JSON, b"{}").status == 202
         assert calls == ["inbox.test"]
         assert other.requests()[0].headers["Host"] == f"inbox.test:{other.port}"
-
-
-def test_prepare_resolves_ahead_in_the_calling_thread_and_keeps_failures_for_the_post() -> None:
-    calls: list[str] = []
-
-    def resolver(host: str, port: int) -> list[str]:
-        calls.append(threading.current_thread().name)
-        if host == "gone.test":
-            raise OSError("no such host")
-        return ["127.0.0.2"]
-
-    transport = make_transport(resolver=resolver)
-    with InboxServer("127.0.0.2") as other:
-        transport.transport.prepare("inbox.test", other.port)
-        assert calls == [threading.current_thread().name]
-        assert transport.post(other.url(host="inbox.test"), JSON, b"{}").status == 202
-        assert len(calls) == 1, "the post found the prepared answer"
-        transport.transport.prepare("gone.test", other.port)  # raises nothing
-        with pytest.raises(ResolveError, match="no such host"):
-            transport.post(other.url(host="gone.test"), JSON, b"{}")
 
 
 def test_next_address_is_tried_only_when_nothing_was_sent() -> None:
