@@ -65,7 +65,7 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
     from django_outbox.breakers.redis_store import RedisBreakerStore
     from django_outbox.conf import conf
     from django_outbox.signing import Scheme, sign_headers
-    from django_outbox.signing.schemes import remember, remembered
+    from django_outbox.signing.schemes import remember_here, remembered
     from django_outbox.transport import Transport
     from django_outbox.validation import serialise_activity
     from testproject.demo.keys import resolve
@@ -127,7 +127,7 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
         out["breaker admit + record, untrusted host (2 Redis EVALSHA)"] = measure(breaker(0.0), n)
         out["breaker admit + record, trusted host (process memory)"] = measure(breaker(5.0), n)
         for url in urls:
-            remember(url, Scheme.CAVAGE)
+            remember_here(url, Scheme.CAVAGE)
         out["scheme lookup (process memo)"] = measure(lambda i: remembered(urls[i % 200]), n)
         out.update(_database_steps(farm, 3 if quick else 6))
     reset_state(env)

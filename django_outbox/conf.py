@@ -2,15 +2,21 @@
 
 Every setting is a plain ``OUTBOX_*`` name in the project's settings module;
 :data:`conf` exposes each as a typed property with its default.  Nothing is
-read at import time.
+read at import time.  What was read is remembered until Django's
+``setting_changed`` signal (sent by ``override_settings``) says a setting
+changed: a worker reads several settings for every delivery, and asking Django
+for one the project does not set raises and catches an ``AttributeError`` each
+time.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast, get_args
 
 from django.conf import settings
+from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
 from django_outbox.breakers.policy import BreakerScope
@@ -22,10 +28,35 @@ if TYPE_CHECKING:
     from django_outbox.signing.webhooks import WebhookSecretResolver
 
 MiB = 1 << 20
+_BREAKER_SCOPES = get_args(BreakerScope)
+
+_UNSET = object()
+#: Settings read so far (``_UNSET`` for those the project does not set).
+_read: dict[str, Any] = {}
+#: Bumped, under the lock, each time a setting changes: a value read before is not kept.
+_generation = [0]
+_read_lock = threading.Lock()
 
 
 def _get(name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
+    value = _read.get(name, _UNSET)
+    if value is _UNSET and name not in _read:
+        generation = _generation[0]
+        value = getattr(settings, name, _UNSET)
+        with _read_lock:
+            if generation == _generation[0]:
+                _read[name] = value
+    return default if value is _UNSET else value
+
+
+def _forget(**_: Any) -> None:
+    """Forget the settings read so far (a receiver of ``setting_changed``)."""
+    with _read_lock:
+        _generation[0] += 1
+        _read.clear()
+
+
+setting_changed.connect(_forget, dispatch_uid="django_outbox.conf")
 
 
 def _callable(name: str, default: str | None) -> Callable[..., Any] | None:
@@ -285,7 +316,7 @@ class Settings:
     def BREAKER_SCOPE(self) -> BreakerScope:
         """``"host"`` (default) or ``"inbox"``: what one breaker is kept for."""
         scope = _get("OUTBOX_BREAKER_SCOPE", "host")
-        if scope not in get_args(BreakerScope):
+        if scope not in _BREAKER_SCOPES:
             raise OutboxConfigurationError(
                 f"OUTBOX_BREAKER_SCOPE must be 'host' or 'inbox', not {scope!r}."
             )

@@ -63,10 +63,10 @@ def remember_here(origin: str, scheme: Scheme) -> bool:
     return entry is None or entry[0] != scheme
 
 
-def remember(origin: str, scheme: Scheme) -> None:
-    """Record that ``origin`` accepted ``scheme``, here and in the shared cache."""
-    if remember_here(origin, scheme):
-        caches[conf.SCHEME_CACHE].set(_cache_key(origin), scheme.value, _SHARED_TTL)
+def share(origin: str, scheme: Scheme) -> None:
+    """Tell the shared cache that ``origin`` accepted ``scheme`` (after
+    :func:`remember_here` said it was news: asking it again would say it is not)."""
+    caches[conf.SCHEME_CACHE].set(_cache_key(origin), scheme.value, _SHARED_TTL)
 
 
 def forget_local() -> None:

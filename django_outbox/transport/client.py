@@ -1,8 +1,10 @@
 """The HTTP client that POSTs signed bodies to remote inboxes, on an asyncio event loop.
 
-One :class:`Transport` serves one event loop: every request of a worker process runs
-as a coroutine on that loop, so hundreds wait for their answers at once without a
-thread each.  Three properties matter more than convenience here:
+Every request of a worker process runs as a coroutine on an event loop, so hundreds
+wait for their answers at once without a thread each.  One :class:`Transport` may
+serve several loops (a worker's main loop and its urgent one): each loop keeps its
+own idle connections, and resolved addresses are shared.  Three properties matter
+more than convenience here:
 
 * **It reads the URL as it was stored and signed.**  The host, port, request target
   and ``Host`` header are those of :func:`~django_outbox.transport.target.parse_target`,
@@ -30,8 +32,10 @@ their per-request objects (see ``docs/benchmarks.md``).
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -59,6 +63,9 @@ from django_outbox.transport.pool import ConnectionPools, Pin, shared_ssl_contex
 from django_outbox.transport.target import Target, parse_target
 
 _MAX_ADDRESSES_TRIED = 3
+#: What may not appear in a header's name, and in its value: what would split or smuggle one.
+_NOT_IN_NAME = re.compile(r"[:\r\n\0 \t]")
+_NOT_IN_VALUE = re.compile(r"[\r\n\0]")
 _DNS_CACHE_SIZE = 4096
 
 
@@ -114,7 +121,8 @@ class Transport:
     go first).  ``allowed_networks`` takes networks or CIDR strings.  ``ca_bundle``
     replaces the system trust store, ``resolver`` replaces DNS (tests); the SSRF check
     applies to its answers all the same.  ``dns_ttl`` is how long checked addresses
-    are reused.  Create it anywhere; use it from one event loop only.
+    are reused.  Create it anywhere; use it from any event loop (connections are kept
+    per loop).
     """
 
     def __init__(
@@ -146,7 +154,9 @@ class Transport:
         self._dns_ttl = dns_ttl
         self._dns: dict[tuple[str, int], tuple[float, list[str]]] = {}
         self._tls = shared_ssl_context(ca_bundle)
-        self._pools = ConnectionPools(pool_per_host, max_pools)
+        self._pool_sizes = (pool_per_host, max_pools)
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ConnectionPools]
+        self._pools = weakref.WeakKeyDictionary()
         self._agent = _header_line("User-Agent", user_agent)
 
     async def post(self, url: str, headers: Mapping[str, str], body: bytes) -> Response:
@@ -184,7 +194,8 @@ class Transport:
     def close(self) -> None:
         """Close the idle connections and forget cached addresses; the transport stays usable."""
         self._dns.clear()
-        self._pools.close()
+        for pools in list(self._pools.values()):
+            pools.close()
 
     def _encode(self, target: Target, headers: Mapping[str, str], body: bytes) -> bytes:
         """The request head and body, as they go on the wire."""
@@ -226,7 +237,11 @@ class Transport:
         """Send once to ``ip`` on an idle or new connection; give it back if still fit."""
         pin: Pin = (target.scheme, ip, target.port, target.host)
         where = f"{target.host} ({ip})" if ip != target.host else ip
-        connection = self._pools.take(pin) or await self._connect(target, ip, where)
+        loop = asyncio.get_running_loop()
+        pools = self._pools.get(loop)
+        if pools is None:
+            pools = self._pools[loop] = ConnectionPools(*self._pool_sizes)
+        connection = pools.take(pin) or await self._connect(target, ip, where)
         try:
             answer = await connection.exchange(request)
         except TransportError as error:
@@ -236,7 +251,7 @@ class Transport:
             connection.close()  # cancelled (the budget ran out): the socket must not linger
             raise
         if answer.complete:
-            self._pools.give_back(pin, connection)
+            pools.give_back(pin, connection)
         else:
             connection.close()
         return answer.status, answer.headers, answer.body
@@ -270,6 +285,6 @@ class Transport:
 
 def _header_line(name: str, value: str) -> str:
     """``name: value`` and its line end, refusing what would split or smuggle a header."""
-    if any(c in name for c in ":\r\n\0 \t") or any(c in value for c in "\r\n\0"):
+    if _NOT_IN_NAME.search(name) or _NOT_IN_VALUE.search(value):
         raise ProtocolFailed(f"header {name[:40]!r} cannot be sent as one line")
     return f"{name}: {value}\r\n"

@@ -70,6 +70,10 @@ class HTTPConnection(asyncio.Protocol):
         self._buffer = bytearray()
         self._answer: asyncio.Future[Answer] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        # Loop time until which the server may stay quiet, pushed on by each arrival
+        # without touching the timer, which looks at it when it fires.
+        self._quiet_until = 0.0
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._head: tuple[int, Headers] | None = None
         self._body = bytearray()
         # How the body ends: "length" (bytes left), "chunked", "close", or "" (no body).
@@ -95,7 +99,8 @@ class HTTPConnection(asyncio.Protocol):
             return
         self.answered = True
         self._buffer += data
-        self._restart_timer()
+        if self._loop is not None:
+            self._quiet_until = self._loop.time() + self._read_timeout
         try:
             self._parse()
         except ProtocolFailed as error:
@@ -132,7 +137,9 @@ class HTTPConnection(asyncio.Protocol):
         self._buffer.clear()
         self.answered = False
         self._transport.write(request)
-        self._restart_timer()
+        self._loop = loop
+        self._quiet_until = loop.time() + self._read_timeout
+        self._timer = loop.call_at(self._quiet_until, self._quiet_for_a_while)
         try:
             return await self._answer
         finally:
@@ -269,17 +276,20 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- read timeout ----------------------------------------------------------------
 
-    def _restart_timer(self) -> None:
-        self._cancel_timer()
-        loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self._read_timeout, self._quiet_too_long)
-
     def _cancel_timer(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
-    def _quiet_too_long(self) -> None:
+    def _quiet_for_a_while(self) -> None:
+        """The read timer fired: fail if nothing arrived since, else wait on from the last byte.
+
+        One timer per exchange, moved only when it fires, rather than one per arrival.
+        """
+        assert self._loop is not None
+        if self._loop.time() < self._quiet_until:
+            self._timer = self._loop.call_at(self._quiet_until, self._quiet_for_a_while)
+            return
         self._timer = None
         waited = f"{self._read_timeout:g} s without a byte"
         self._fail(TimedOut(f"timed out waiting for the answer: {waited}"))

@@ -30,7 +30,7 @@ from django_outbox.outcomes import AttemptResult, Outcome, server_failed
 from django_outbox.payments.paying import PaymentJob, exchange
 from django_outbox.payments.reports import PaymentReport
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
-from django_outbox.signing.schemes import remember, remember_here, remembered, remembered_here
+from django_outbox.signing.schemes import remember_here, remembered, remembered_here, share
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME, WebhookKeys, sign_webhook
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
@@ -154,7 +154,7 @@ async def _signed_post(
 def _share(origin: str, scheme: Scheme) -> None:
     """Tell the shared cache what ``origin`` accepted; a cache that fails is only logged."""
     try:
-        remember(origin, scheme)
+        share(origin, scheme)
     except Exception:
         logger.warning("could not remember the scheme of %s in the cache", origin, exc_info=True)
 

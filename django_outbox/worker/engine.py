@@ -6,12 +6,22 @@ deliveries in flight, at most ``OUTBOX_PER_HOST`` to one host.  A delivery whose
 host is at its cap waits in that host's line, and one under way for
 :data:`SLOW_AFTER` seconds stops counting against the concurrency (up to
 ``max_in_flight`` in all), so slow or silent servers take their own slots and no
-others.  Priority-lane deliveries are started before any other that waits, and go
-to the front of their host's line.
+others.  Priority-lane deliveries are started before any other that waits, go to
+the front of their host's line, and do not wait for a slot of the concurrency:
+like slow ones, they only count against ``max_in_flight``.
 
 Waiting for answers costs no thread: hundreds of requests wait on one loop, and
 the CPU a delivery needs (signing, writing, parsing) is spent on that loop's one
 thread, without the lock handoffs of a thread per request.
+
+Urgent jobs run on a second loop, in a thread of their own.  On the busy loop,
+every step of a delivery (each ``await``) waits for one turn of the loop, in which
+every other delivery in flight takes its own step, and each blocking call it hands
+to the loop's executor queues behind theirs: a one-inbox reply started behind 64
+CPU-bound deliveries to new hosts took up to a second to reach its server.  On the
+urgent loop its steps wait only for the interpreter lock, and it starts without
+waiting for a bulk delivery to end (a turn of that loop can take 100 ms and more).
+Both loops share the caps: one ``max_in_flight`` and one line per host.
 """
 
 from __future__ import annotations
@@ -54,9 +64,9 @@ class Engine(Generic[J]):
     most ``backlog`` jobs (one per unit of concurrency unless given) ready to start
     and ``parked`` (four per unit) waiting in the lines of hosts at their cap, which
     keeps a worker from claiming more than it can send before the leases of what it
-    claimed run out.  Jobs running for more than ``slow_after`` seconds do not count
-    against ``concurrency``; at most ``max_in_flight`` run in all.  All methods but
-    the work itself may be called from any thread.
+    claimed run out.  Urgent jobs, and jobs running for more than ``slow_after``
+    seconds, do not count against ``concurrency``; at most ``max_in_flight`` run in
+    all.  All methods but the work itself may be called from any thread.
     """
 
     def __init__(
@@ -91,51 +101,62 @@ class Engine(Generic[J]):
         self._waiting = 0  # ready to start or parked in a host's line
         self._parked = 0
         self._active: dict[int, tuple[J, float, asyncio.Task[None]]] = {}
-        self._slow = 0
+        self._slow = 0  # running for more than slow_after, urgent ones aside
+        self._urgent_running = 0
         self._stopping = False
-        self._pump_scheduled = False
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run_loop, name="outbox-engine", daemon=True)
-        self._thread.start()
+        # Per loop, by urgency (index 0: the urgent loop): a pump is on its way.
+        self._pump_scheduled = [False, False]
+        self._loops = (asyncio.new_event_loop(), asyncio.new_event_loop())
+        for lane, name in ((1, "outbox-engine"), (0, "outbox-engine-urgent")):
+            threading.Thread(target=self._run_loop, args=(lane,), name=name, daemon=True).start()
 
-    # -- the loop --------------------------------------------------------------------
+    # -- the loops -------------------------------------------------------------------
 
-    def _run_loop(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.call_soon(self._watch)
-        self._loop.run_forever()
+    def _run_loop(self, lane: int) -> None:
+        loop = self._loops[lane]
+        asyncio.set_event_loop(loop)
+        if lane:
+            loop.call_soon(self._watch)
+        loop.run_forever()
 
     def call(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
-        """Run ``coroutine`` on the engine's loop (from another thread); its future."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        """Run ``coroutine`` on the engine's main loop (from another thread); its future."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loops[1])
 
-    def _wake(self) -> None:
-        """Have the loop start whatever may start (lock held)."""
-        if not self._pump_scheduled and not self._stopping:
-            self._pump_scheduled = True
-            self._loop.call_soon_threadsafe(self._pump)
+    def _wake(self, but: int | None = None) -> None:
+        """Have each loop (but ``but``) with jobs ready start what may start (lock held)."""
+        if self._stopping:
+            return
+        for lane in (0, 1):
+            if lane != but and self._runnable[lane] and not self._pump_scheduled[lane]:
+                self._pump_scheduled[lane] = True
+                self._loops[lane].call_soon_threadsafe(self._pump, lane)
 
-    def _pump(self) -> None:
-        """Start every job that may start now (on the loop)."""
+    def _pump(self, lane: int) -> None:
+        """Start every job of ``lane`` (0: urgent) that may start now (on its loop)."""
         with self._lock:
-            self._pump_scheduled = False
+            self._pump_scheduled[lane] = False
             started = []
-            while self._may_start():
-                job = (self._runnable[0] or self._runnable[1]).popleft()
+            while self._may_start(lane):
+                job = self._runnable[lane].popleft()
                 self._waiting -= 1
-                task = self._loop.create_task(self._run(job))
+                task = self._loops[lane].create_task(self._run(job, lane))
                 self._active[id(job)] = (job, time.monotonic(), task)
+                self._urgent_running += not lane
                 started.append(job)
             if started:
                 self._room_made.notify_all()
 
-    def _may_start(self) -> bool:
-        if self._stopping or not (self._runnable[0] or self._runnable[1]):
+    def _may_start(self, lane: int) -> bool:
+        """Whether a job of ``lane`` (0: urgent) may start; others wait while urgent ones do."""
+        if self._stopping or not self._runnable[lane] or (lane and self._runnable[0]):
             return False
         running = len(self._active)
-        return running - self._slow < self._concurrency and running < self._max_in_flight
+        if running >= self._max_in_flight:
+            return False
+        return not lane or running - self._slow - self._urgent_running < self._concurrency
 
-    async def _run(self, job: J) -> None:
+    async def _run(self, job: J, lane: int) -> None:
         try:
             await self._work(job)
         except asyncio.CancelledError:
@@ -143,11 +164,12 @@ class Engine(Generic[J]):
         except Exception:
             logger.exception("a delivery failed on %r", job)
         finally:
-            self._done(job)
+            self._done(job, lane)
 
-    def _done(self, job: J) -> None:
+    def _done(self, job: J, lane: int) -> None:
         with self._lock:
             del self._active[id(job)]
+            self._urgent_running -= not lane
             host = self._host_of(job)
             line = self._hosts[host]
             if line.waiting:
@@ -160,7 +182,8 @@ class Engine(Generic[J]):
                     del self._hosts[host]
             if not self._active and not self._waiting:
                 self._settled.notify_all()
-        self._pump()
+            self._wake(but=lane)
+        self._pump(lane)
 
     def _watch(self) -> None:
         """Count slow jobs now and then; a job turning slow frees a slot for another."""
@@ -168,11 +191,17 @@ class Engine(Generic[J]):
             if self._stopping:
                 return
             since = time.monotonic() - self._slow_after
-            slow = sum(1 for _, started, _ in self._active.values() if started < since)
+            slow = sum(
+                1
+                for job, started, _ in self._active.values()
+                if started < since and not self._urgent(job)
+            )
             grew, self._slow = slow > self._slow, slow
+            if grew:
+                self._wake(but=1)
         if grew:
-            self._pump()
-        self._loop.call_later(_WATCH_EVERY, self._watch)
+            self._pump(1)
+        self._loops[1].call_later(_WATCH_EVERY, self._watch)
 
     # -- from any thread -------------------------------------------------------------
 
@@ -244,18 +273,25 @@ class Engine(Generic[J]):
         with self._lock:
             self._settled.wait_for(lambda: not self._active, timeout)
             left = [(job, task) for job, _, task in self._active.values()]
-        ended = self.call(self._end([task for _, task in left]))
-        with contextlib.suppress(TimeoutError):
-            ended.result(_CANCEL_WAIT)
+        ended = [
+            asyncio.run_coroutine_threadsafe(
+                self._end([task for _, task in left if task.get_loop() is loop]), loop
+            )
+            for loop in self._loops
+        ]
+        for end in ended:
+            with contextlib.suppress(TimeoutError):
+                end.result(_CANCEL_WAIT)
         return [job for job, _ in left]
 
     async def _end(self, tasks: list[asyncio.Task[None]]) -> None:
-        """Cancel ``tasks``, give them a moment to close their connections, stop the loop."""
+        """Cancel ``tasks``, give them a moment to close their connections, stop this loop."""
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=_CANCEL_WAIT / 2)
-        self._loop.call_soon(self._loop.stop)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(loop.stop)
 
     def wait_idle(self, timeout: float) -> bool:
         """Block until nothing runs or waits, up to ``timeout``; True if idle."""

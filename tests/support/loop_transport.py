@@ -14,12 +14,13 @@ class LoopTransport:
     """A :class:`Transport` whose ``post`` blocks the calling test until it answers.
 
     One loop thread per instance, so that keep-alive connections outlive a call.
+    ``transport`` drives an existing :class:`Transport` on this instance's loop.
     """
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, transport: Transport | None = None, **options: Any) -> None:
         options.setdefault("allowed_networks", ["127.0.0.0/8"])
         options.setdefault("user_agent", "outbox-test/1")
-        self.transport = Transport(**options)
+        self.transport = transport or Transport(**options)
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()

@@ -164,3 +164,29 @@ def test_an_exception_while_attempting_is_a_retry_and_the_next_attempt_sends(
         "",
     )
     assert len(inbox_server.requests()) == 1
+
+
+def test_the_scheme_an_origin_accepted_reaches_the_shared_cache(
+    inbox_server: InboxServer, transport: Transport
+) -> None:
+    from django.core.cache import caches
+
+    from django_outbox.conf import conf
+    from django_outbox.transport.target import parse_target
+
+    job = jobs(inbox_server, 1)[0]
+    origin = parse_target(job.row.inbox).origin
+    cache = caches[conf.SCHEME_CACHE]
+    key = f"django_outbox:scheme:{origin}"
+    cache.delete(key)
+
+    async def attempt() -> Outcome:
+        done = await perform(job, transport, MemoryBreakerStore(), None)
+        transport.close()
+        deadline = time.monotonic() + 5
+        while cache.get(key) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # told from the loop's executor, not awaited
+        return done
+
+    assert asyncio.run(attempt()).result is AttemptResult.DELIVERED
+    assert cache.get(key) == conf.FIRST_SCHEME

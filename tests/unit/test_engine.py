@@ -217,3 +217,60 @@ def test_a_backlog_on_one_host_drains_while_submit_waits() -> None:
     assert engine.submit(list(range(50))) == []
     assert engine.wait_idle(5)
     assert sorted(done) == list(range(50))
+
+
+def test_urgent_jobs_run_on_their_own_loop_while_the_main_one_is_busy() -> None:
+    threads: dict[str, str] = {}
+    urgent_done = threading.Event()
+
+    async def work(task: Task) -> None:
+        threads[task.host] = threading.current_thread().name
+        if task.urgent:
+            urgent_done.set()
+        else:
+            time.sleep(0.5)  # CPU-bound work: the main loop takes no other step meanwhile
+
+    engine: Engine[Task] = Engine(
+        work, host_of=lambda t: t.host, urgent=lambda t: t.urgent, concurrency=4, per_host=1
+    )
+    engine.submit([Task("bulk")])
+    time.sleep(0.05)
+    began = time.monotonic()
+    engine.submit([Task("reply", urgent=True)])
+    assert urgent_done.wait(5)
+    assert time.monotonic() - began < 0.3, "the urgent job did not wait for the busy loop"
+    assert engine.wait_idle(5)
+    assert threads == {"bulk": "outbox-engine", "reply": "outbox-engine-urgent"}
+
+
+def test_both_loops_share_the_per_host_cap() -> None:
+    log: list[Task] = []
+    lock = threading.Lock()
+    peaks: dict[str, int] = {}
+    engine = make(8, 1, log, lock, peaks)
+    tasks = [Task("h", urgent=n % 2 == 0) for n in range(6)]
+    for task in tasks:
+        task.hold.set()
+    engine.submit(tasks)
+    assert engine.wait_idle(5)
+    assert peaks["h"] == 1 and len(log) == 6
+
+
+def test_urgent_jobs_do_not_wait_for_a_slot_but_for_the_most_in_flight() -> None:
+    started: list[Task] = []
+    engine = holding(started, concurrency=1, per_host=1, max_in_flight=3)
+    bulk = [Task("a"), Task("b")]
+    engine.submit(bulk)
+    time.sleep(0.05)
+    assert started == [bulk[0]], "the concurrency, for bulk jobs"
+    urgent = [Task(f"u{n}", urgent=True) for n in range(3)]
+    engine.submit(urgent)
+    deadline = time.monotonic() + 5
+    while len(started) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert started[1:] == urgent[:2], "two urgent ones at once, up to the most in flight"
+    for task in [*bulk, *urgent]:
+        task.hold.set()
+    assert engine.wait_idle(5)
+    assert len(started) == 5

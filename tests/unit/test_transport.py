@@ -385,3 +385,11 @@ def test_a_server_silent_longer_than_the_read_timeout_is_cut_before_the_budget(
     with pytest.raises(TimedOut, match="without a byte"):
         transport.post(server.url(), JSON, b"{}")
     assert time.monotonic() - started < 3.0
+
+
+def test_a_server_that_keeps_sending_outlasts_the_read_timeout(server: InboxServer) -> None:
+    transport = make_transport(total_timeout=10.0, read_timeout=0.3)
+    server.behave("/inbox", Behaviour(trickle=0.1, body=b"t" * 12))
+    started = time.monotonic()
+    assert transport.post(server.url(), JSON, b"{}").body == b"t" * 12
+    assert time.monotonic() - started > 0.9, "quiet for less than 0.3 s at a time, for longer"

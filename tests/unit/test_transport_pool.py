@@ -145,3 +145,15 @@ def test_chunked_answers_are_read_whole_and_keep_the_connection() -> None:
     finally:
         thread.join(10)
         listener.close()
+
+
+def test_each_event_loop_keeps_its_own_connections() -> None:
+    first = make_transport()
+    second = LoopTransport(first.transport)  # the same Transport, on another loop
+    with InboxServer() as server:
+        for _ in range(3):
+            assert first.post(server.url(), JSON, b"{}").status == 202
+            assert second.post(server.url(), JSON, b"{}").status == 202
+        assert server.connections == 2  # one kept alive per loop, never handed across
+        first.close()
+        second.close()

@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.core.signals import setting_changed
 from django.db import transaction
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import Coalesce
@@ -70,6 +71,8 @@ def _exit_on_signal(signum: int, frame: object) -> None:
 def use_demo_settings() -> None:
     for name, value in DEMO_SETTINGS.items():
         setattr(settings, name, value)
+        # Settings already read (the system checks read some) are remembered until told.
+        setting_changed.send(sender=None, setting=name, value=value, enter=True)
 
 
 def keep_broker_files_in_run_dir(run_dir: Path) -> None:
