@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from bench.common import RESULTS_DIR, Env, activity, log, reset_state, setup_django, start_services
-from bench.figures import machine, save_json, summary, wait_quiet
+from bench.figures import machine, machine_busy, save_json, summary, wait_quiet
 from bench.processes import Farm, PaidFarm, Worker
 
 PRICE_MSAT = 1_000
@@ -81,9 +81,15 @@ def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
 
 
 def one_run(
-    env: Env, urls: list[str], paid_hosts: set[str], messages: int, settings: dict[str, Any]
+    env: Env,
+    farms: tuple[Farm, PaidFarm],
+    urls: list[str],
+    paid_hosts: set[str],
+    messages: int,
+    settings: dict[str, Any],
 ) -> dict[str, Any]:
-    """One timed run on a fresh worker; figures for the unpaid and the paid hosts."""
+    """One timed run on a fresh worker; figures for the unpaid and the paid hosts, and
+    the CPU that the worker, each farm and the whole machine used meanwhile."""
     from django.db import connection
     from django.db.models import Max
 
@@ -97,7 +103,8 @@ def one_run(
     unpaid = Delivery.objects.exclude(host__in=paid_hosts)
     with Worker(env, settings) as worker:
         busy = wait_quiet()
-        cpu_before = worker.cpu_seconds()
+        cpu_before = [worker.cpu_seconds(), *(farm.cpu_seconds() for farm in farms)]
+        machine_before = machine_busy()[0]
         started = time.time()
         for n in range(messages):
             outbox.send("https://demo.example/users/alice", activity(n), urls)
@@ -107,7 +114,9 @@ def one_run(
             if unpaid.filter(state="delivered").count() >= unpaid_total:
                 break
             time.sleep(0.25)
-        cpu = worker.cpu_seconds() - cpu_before
+        cpu_after = [worker.cpu_seconds(), *(farm.cpu_seconds() for farm in farms)]
+        cpu, free_cpu, paid_cpu = (b - a for a, b in zip(cpu_before, cpu_after, strict=True))
+        machine_cpu = machine_busy()[0] - machine_before
         done = unpaid.filter(state="delivered").aggregate(last=Max("finished_at"))["last"]
         paid = _paid_figures(paid_hosts, started) if paid_hosts else {}
     elapsed = (done.timestamp() if done else time.time()) - started
@@ -118,6 +127,10 @@ def one_run(
         "unpaid_deliveries": unpaid_total,
         "worker_cpu_s": cpu,
         "worker_cpu_ms_per_unpaid": 1000 * cpu / unpaid_total,
+        "free_farm_cpu_s": free_cpu,
+        "paid_farm_cpu_s": paid_cpu,
+        "machine_cpu_s": machine_cpu,
+        "machine_cpu_ms_per_unpaid": 1000 * machine_cpu / unpaid_total,
         "busy_before": busy,
         **paid,
     }
@@ -146,13 +159,14 @@ def main(argv: list[str] | None = None) -> int:
         }
         for i in range(repeats):
             for label, ((urls, paid_hosts), settings) in variants.items():
-                figures = one_run(env, urls, paid_hosts, messages, settings)
+                figures = one_run(env, (free, paid), urls, paid_hosts, messages, settings)
                 log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
                 runs.setdefault(label, []).append(figures)
     for label, done in runs.items():
         results[label] = {
             "rate": summary([r["unpaid_rate"] for r in done]),
             "cpu_ms_per_unpaid": summary([r["worker_cpu_ms_per_unpaid"] for r in done]),
+            "machine_cpu_ms_per_unpaid": summary([r["machine_cpu_ms_per_unpaid"] for r in done]),
             "runs": done,
         }
     results["paid_farm"] = paid.summary

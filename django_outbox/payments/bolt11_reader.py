@@ -48,7 +48,9 @@ class Invoice:
     payee: str
 
 
-def _polymod(values: Sequence[int]) -> int:
+def polymod(values: Sequence[int]) -> int:
+    """The bech32 checksum function (BIP 173) of ``values``: 1 for a valid string's
+    expanded human-readable part, words and checksum."""
     checksum = 1
     for value in values:
         top = checksum >> 25
@@ -57,6 +59,11 @@ def _polymod(values: Sequence[int]) -> int:
             if (top >> i) & 1:
                 checksum ^= _GENERATOR[i]
     return checksum
+
+
+def expand(hrp: str) -> list[int]:
+    """The human-readable part as the bech32 checksum reads it (BIP 173)."""
+    return [ord(char) >> 5 for char in hrp] + [0] + [ord(char) & 31 for char in hrp]
 
 
 def _bech32(text: str) -> tuple[str, list[int]]:
@@ -71,8 +78,7 @@ def _bech32(text: str) -> tuple[str, list[int]]:
     hrp, words = text[:split], [_VALUES.get(char, -1) for char in text[split + 1 :]]
     if min(words) < 0 or not all(33 <= ord(char) <= 126 for char in hrp):
         raise ValueError("not bech32")
-    expanded = [ord(char) >> 5 for char in hrp] + [0] + [ord(char) & 31 for char in hrp]
-    if _polymod(expanded + words) != 1:
+    if polymod(expand(hrp) + words) != 1:
         raise ValueError("bad checksum")
     return hrp, words[:-6]
 
@@ -99,9 +105,9 @@ def _number(words: Sequence[int]) -> int:
     return value
 
 
-def _bytes(words: Sequence[int], *, pad: bool) -> bytes:
-    """``words`` as bytes: zero bits added to the last byte (``pad``) or the extra bits
-    dropped (a field's data)."""
+def to_bytes(words: Sequence[int], *, pad: bool) -> bytes:
+    """``words`` as bytes: zero bits added to the last byte (``pad``: the signed data)
+    or the extra bits dropped (a field's value)."""
     value, bits = _number(words), 5 * len(words)
     if pad:
         value, bits = value << (-bits % 8), bits + (-bits % 8)
@@ -126,9 +132,9 @@ def _fields(data: Sequence[int]) -> dict[str, Any]:
             continue
         if (tag in "psh" and length == _HASH_WORDS) or (tag == "n" and length == _KEY_WORDS):
             if not (tag == "h" and "d" in found):
-                found[tag] = _bytes(value, pad=False).hex()
+                found[tag] = to_bytes(value, pad=False).hex()
         elif tag == "d" and "h" not in found:
-            found[tag] = _bytes(value, pad=False).decode()
+            found[tag] = to_bytes(value, pad=False).decode()
         elif tag == "x":
             found[tag] = _number(value)
     return found
@@ -160,7 +166,7 @@ def read_invoice(text: str) -> Invoice:
         raise ValueError("no payment hash or payment secret")
     if "d" not in fields and "h" not in fields:  # an empty description is one
         raise ValueError("no description")
-    payee = _payee(hrp, _bytes(data, pad=True), _bytes(signature, pad=True), fields.get("n"))
+    payee = _payee(hrp, to_bytes(data, pad=True), to_bytes(signature, pad=True), fields.get("n"))
     return Invoice(
         currency=currency,
         amount_msat=amount,

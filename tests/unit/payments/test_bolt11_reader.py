@@ -1,4 +1,4 @@
-"""The BOLT11 reader against the ``bolt11`` package: same fields, same refusals."""
+"""The BOLT11 reader and the fake network's writer against the ``bolt11`` package."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from bolt11 import Bolt11, MilliSatoshi, TagChar, Tags
 from coincurve import PrivateKey
 
 from django_outbox.payments.bolt11_reader import read_invoice
+from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 
 KEY = bytes(range(1, 33))
 PAYEE = PrivateKey(KEY).public_key.format(compressed=True).hex()
@@ -113,3 +114,17 @@ def test_refuses_a_sub_millisatoshi_amount() -> None:
     invoice = make().replace("lnbcrt100n1", "lnbcrt1p1", 1)
     with pytest.raises(ValueError):
         read_invoice(invoice)
+
+
+@pytest.mark.parametrize("amount", [None, 1, 10, 1_000, 123_456_789, 2 * 10**11])
+def test_the_fake_networks_invoices_are_what_bolt11_reads(amount: int | None) -> None:
+    """testproject's writer (the gates' invoices) against bolt11's decoder."""
+    issued = InvoiceIssuer(InvoiceRegistry(), node_key=KEY).invoice(amount, expiry=900)
+    theirs = bolt11.decode(issued.invoice)
+    assert issued.invoice == issued.invoice.lower()
+    assert (theirs.currency, theirs.amount_msat, theirs.payee) == ("bcrt", amount, PAYEE)
+    assert (theirs.payment_hash, theirs.expiry) == (issued.payment_hash, 900)
+    assert theirs.date + theirs.expiry == issued.expires_at
+    assert theirs.description == "django_outbox test inbox"
+    assert theirs.tags.get(TagChar.min_final_cltv_expiry).data == 40
+    same_as_bolt11(issued.invoice)
