@@ -18,6 +18,10 @@ the worker's CPU per unpaid delivery (all it did, paid hosts included, over the 
 deliveries), and for the paid hosts in that time: deliveries, payments (from the
 ``PaymentAttempt`` table) and holds.  A run ends when the unpaid hosts are done;
 the paid hosts' backlog (each is paid one message at a time) is not waited for.
+Each run also records the CPU of the worker, of each farm, of this tree's PostgreSQL and
+Redis, of this process and of the whole machine: what the machine did beyond those is
+another tree's benchmark or tests, and a run where that passes :data:`DISTURBED` is run
+again (its figures are kept, marked, out of the summaries).
 Target: the 10%-paid median keeps the unpaid rate at 90% or more of the all-unpaid
 median.  Results go to ``bench/results/paid_hosts.json``.
 """
@@ -25,17 +29,23 @@ median.  Results go to ``bench/results/paid_hosts.json``.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Any
 
 from bench.common import RESULTS_DIR, Env, activity, log, reset_state, setup_django, start_services
 from bench.figures import machine, machine_busy, save_json, summary, wait_quiet
-from bench.processes import Farm, PaidFarm, Worker
+from bench.processes import Farm, PaidFarm, Worker, services_cpu_seconds
 
 PRICE_MSAT = 1_000
 HOSTS = 100
 #: Every ``PAID_EVERY``-th host of the fan-out charges in the 10%-paid variant.
 PAID_EVERY = 10
+#: A run during which processes other than the benchmark's used more than this share
+#: of the machine is disturbed (another tree's benchmark or tests): it is run again, up
+#: to ``RETRIES`` times in all, and left out of the summaries if an undisturbed one came.
+DISTURBED = 0.1
+RETRIES = 4
 
 
 def payments_setting(paid: PaidFarm) -> dict[str, Any]:
@@ -80,6 +90,19 @@ def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
     }
 
 
+def _cpu_now(worker: Worker, farms: tuple[Farm, PaidFarm]) -> dict[str, float]:
+    """CPU seconds used so far by each process of the benchmark, and by the machine."""
+    free, paid = farms
+    return {
+        "worker": worker.cpu_seconds(),
+        "free_farm": free.cpu_seconds(),
+        "paid_farm": paid.cpu_seconds(),
+        "services": services_cpu_seconds(),
+        "bench": sum(os.times()[:2]),
+        "machine": machine_busy()[0],
+    }
+
+
 def one_run(
     env: Env,
     farms: tuple[Farm, PaidFarm],
@@ -103,8 +126,7 @@ def one_run(
     unpaid = Delivery.objects.exclude(host__in=paid_hosts)
     with Worker(env, settings) as worker:
         busy = wait_quiet()
-        cpu_before = [worker.cpu_seconds(), *(farm.cpu_seconds() for farm in farms)]
-        machine_before = machine_busy()[0]
+        before = _cpu_now(worker, farms)
         started = time.time()
         for n in range(messages):
             outbox.send("https://demo.example/users/alice", activity(n), urls)
@@ -114,12 +136,12 @@ def one_run(
             if unpaid.filter(state="delivered").count() >= unpaid_total:
                 break
             time.sleep(0.25)
-        cpu_after = [worker.cpu_seconds(), *(farm.cpu_seconds() for farm in farms)]
-        cpu, free_cpu, paid_cpu = (b - a for a, b in zip(cpu_before, cpu_after, strict=True))
-        machine_cpu = machine_busy()[0] - machine_before
+        used = {name: value - before[name] for name, value in _cpu_now(worker, farms).items()}
         done = unpaid.filter(state="delivered").aggregate(last=Max("finished_at"))["last"]
         paid = _paid_figures(paid_hosts, started) if paid_hosts else {}
     elapsed = (done.timestamp() if done else time.time()) - started
+    cpu, machine_cpu = used["worker"], used.pop("machine")
+    foreign = machine_cpu - sum(used.values())
     return {
         "unpaid_rate": unpaid_total / elapsed if done else 0.0,
         "elapsed_s": elapsed,
@@ -127,10 +149,13 @@ def one_run(
         "unpaid_deliveries": unpaid_total,
         "worker_cpu_s": cpu,
         "worker_cpu_ms_per_unpaid": 1000 * cpu / unpaid_total,
-        "free_farm_cpu_s": free_cpu,
-        "paid_farm_cpu_s": paid_cpu,
+        "free_farm_cpu_s": used["free_farm"],
+        "paid_farm_cpu_s": used["paid_farm"],
+        "services_cpu_s": used["services"],
+        "bench_cpu_s": used["bench"],
         "machine_cpu_s": machine_cpu,
-        "machine_cpu_ms_per_unpaid": 1000 * machine_cpu / unpaid_total,
+        "foreign_cpu_s": foreign,
+        "disturbed": foreign > DISTURBED * (os.cpu_count() or 1) * elapsed,
         "busy_before": busy,
         **paid,
     }
@@ -157,17 +182,22 @@ def main(argv: list[str] | None = None) -> int:
             "all-unpaid": (fan_out(free, None), pay),
             "10%-paid": (fan_out(free, paid), pay),
         }
+        retries = RETRIES
         for i in range(repeats):
             for label, ((urls, paid_hosts), settings) in variants.items():
-                figures = one_run(env, (free, paid), urls, paid_hosts, messages, settings)
-                log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
-                runs.setdefault(label, []).append(figures)
-    for label, done in runs.items():
+                while True:
+                    figures = one_run(env, (free, paid), urls, paid_hosts, messages, settings)
+                    log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
+                    runs.setdefault(label, []).append(figures)
+                    if not figures["disturbed"] or retries == 0:
+                        break
+                    retries -= 1
+    for label, tried in runs.items():
+        done = [r for r in tried if not r["disturbed"]] or tried
         results[label] = {
             "rate": summary([r["unpaid_rate"] for r in done]),
             "cpu_ms_per_unpaid": summary([r["worker_cpu_ms_per_unpaid"] for r in done]),
-            "machine_cpu_ms_per_unpaid": summary([r["machine_cpu_ms_per_unpaid"] for r in done]),
-            "runs": done,
+            "runs": tried,
         }
     results["paid_farm"] = paid.summary
     base, paying = results["all-unpaid"], results["10%-paid"]

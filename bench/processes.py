@@ -209,6 +209,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def services_cpu_seconds() -> float:
+    """CPU seconds used so far by this tree's PostgreSQL (postmaster and backends) and
+    Redis, as ``scripts/services`` runs them (0 for what is not running)."""
+    total = 0.0
+    for pidfile in (
+        RUN_DIR.parent / "pg" / "postmaster.pid",
+        RUN_DIR.parent / "redis" / "redis.pid",
+    ):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        total += sum(cpu_seconds(p) for p in process_tree(pid))
+    return total
+
+
 @dataclass
 class Worker:
     """A ``celery -A testproject worker`` subprocess on the benchmark services."""
