@@ -149,13 +149,20 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> l
 
 @dataclass
 class _Batch:
-    """One call of :func:`record_payments`: its signals, the hosts it stored a pending
-    attempt for, and the queue lengths it read (to hold deliveries for)."""
+    """One call of :func:`record_payments`: its signals, the hosts it found paying
+    (a pending attempt stored by it, or committed before), and the queue lengths it
+    read (to hold deliveries for)."""
 
     settings: PaymentSettings
     signals: _Signals = field(default_factory=_Signals)
-    opened: set[str] = field(default_factory=set)
+    paying: set[str] = field(default_factory=set)
     queued: dict[str, int] = field(default_factory=dict)
+
+    def is_paying(self, host: str) -> bool:
+        """Whether ``host`` has a pending attempt (asked once per batch and host)."""
+        if host not in self.paying and paying_hosts([host]):
+            self.paying.add(host)
+        return host in self.paying
 
     def held_while_paying(self, outcome: Outcome) -> Outcome:
         """``outcome`` held while another delivery pays its host, as long as a claim
@@ -240,9 +247,13 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
     """Store ``challenge`` as a pending attempt of the outcome's delivery, within budget.
 
     A host with a pending attempt already (stored by this batch, or committed) is not
-    tried: the unique constraint would refuse it, after a savepoint and an insert.
+    tried: the unique constraint would refuse it, after a savepoint and an insert.  Its
+    delivery is held before anything else is read (the payments it made are counted
+    when it meets a 402 with nobody paying).
     """
     row, sender, settings = outcome.row, outcome.message.sender, batch.settings
+    if batch.is_paying(row.host):
+        return batch.held_while_paying(outcome)
     spent = PaymentAttempt.objects.filter(delivery_id=row.id).filter(
         Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING)
     )
@@ -252,8 +263,6 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
             f"destination never accepted ({outcome.error})"
         )
         return replace(outcome, result=AttemptResult.REFUSED, error=error)
-    if row.host in batch.opened or paying_hosts([row.host]):
-        return batch.held_while_paying(outcome)
     now = timezone.now()
     reserve = challenge.amount_msat + settings.max_fee_msat
     try:
@@ -298,7 +307,7 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
         return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_nextday_of(now))
     except IntegrityError:
         return batch.held_while_paying(outcome)
-    batch.opened.add(row.host)
+    batch.paying.add(row.host)
     return outcome
 
 
