@@ -94,20 +94,23 @@ def _with_path(url: str, path: str) -> str:
 
 
 _LOCK: list[Any] = []
+#: The benchmarks' lock, one for the machine (``BENCH_LOCK`` to move it).
+LOCK_FILE = Path(os.environ.get("BENCH_LOCK", "/tmp/django_outbox-bench.lock"))
 
 
 def _lock_machine(wait: float = 1800.0) -> None:
-    """Hold ``RUN_DIR/bench.lock`` for the life of this process: one benchmark at a time.
+    """Hold :data:`LOCK_FILE` for the life of this process: one benchmark at a time.
 
     Two benchmarks at once would share the bench database (each empties it before its
     runs) and the 2 cores; the second waits for the first (at most ``wait`` seconds).
+    The lock is the machine's, not the tree's: benchmarks run from other work trees
+    (each with its own services) still share the cores.
     """
     import fcntl
 
     if _LOCK:
         return
-    RUN_DIR.mkdir(parents=True, exist_ok=True)
-    handle = (RUN_DIR / "bench.lock").open("w")
+    handle = LOCK_FILE.open("w")
     deadline = time.monotonic() + wait
     while True:
         try:
@@ -115,7 +118,7 @@ def _lock_machine(wait: float = 1800.0) -> None:
             break
         except BlockingIOError:
             if time.monotonic() > deadline:
-                raise RuntimeError("another benchmark holds .run/bench/bench.lock") from None
+                raise RuntimeError(f"another benchmark holds {LOCK_FILE}") from None
             if not _LOCK:
                 log("another benchmark is running; waiting for it to finish")
                 _LOCK.append(None)

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 from bench.common import BASE_WORKER_SETTINGS, LOG_DIR, PYTHON, README_QUEUES, ROOT, RUN_DIR, Env
 
@@ -64,23 +64,27 @@ def _stop(proc: subprocess.Popen[Any], grace: float) -> None:
 class Farm:
     """``python -m testproject.inbox_servers``: ``count`` loopback hosts in one process."""
 
+    module = "testproject.inbox_servers"
+
     def __init__(self, env: Env, count: int, *, delay: float = 0.0, first: str = "127.0.0.2"):
         self.env, self.count, self.delay, self.first = env, count, delay, first
         self.urls: list[str] = []
+        self.ready: dict[str, Any] = {}
         self.requests = 0
+        self.summary: dict[str, Any] = {}
         self._log = LOG_DIR / f"farm-{count}-{time.time_ns()}.log"
         self._proc: subprocess.Popen[str] | None = None
 
-    def __enter__(self) -> Farm:
-        args = ["--count", str(self.count), "--delay", str(self.delay)]
-        self._proc, ready = _start_server(
-            self.env,
-            "testproject.inbox_servers",
-            [*args, "--first-address", self.first],
-            120,
-            stderr=self._log.open("w"),
+    def args(self) -> list[str]:
+        """The server module's command-line arguments."""
+        count, delay = str(self.count), str(self.delay)
+        return ["--count", count, "--delay", delay, "--first-address", self.first]
+
+    def __enter__(self) -> Self:
+        self._proc, self.ready = _start_server(
+            self.env, self.module, self.args(), 120, stderr=self._log.open("w")
         )
-        self.urls = ready["urls"]
+        self.urls = self.ready["urls"]
         return self
 
     def inboxes(self, per_host: int) -> list[str]:
@@ -96,9 +100,35 @@ class Farm:
             _stop(self._proc, 15)
             lines = self._log.read_text().strip().splitlines()
             try:
-                self.requests = int(json.loads(lines[-1])["requests"]) if lines else 0
-            except (ValueError, KeyError):
+                self.summary = json.loads(lines[-1]) if lines else {}
+                self.requests = int(self.summary.get("requests", 0))
+            except (ValueError, KeyError, AttributeError):
                 self.requests = -1
+
+
+class PaidFarm(Farm):
+    """``python -m bench.paid_farm``: ``count`` hosts charging ``price_msat`` per message
+    and the fake LND that pays them (``ready["lnd_url"]``, ``ready["lnd_macaroon_hex"]``);
+    ``summary`` has the payments the node made once it stopped."""
+
+    module = "bench.paid_farm"
+
+    def __init__(
+        self, env: Env, count: int, *, price_msat: int = 1_000, first: str = "127.0.3.2"
+    ) -> None:
+        super().__init__(env, count, first=first)
+        self.price_msat = price_msat
+
+    def args(self) -> list[str]:
+        """The paid farm's command-line arguments."""
+        return [
+            "--count",
+            str(self.count),
+            "--price-msat",
+            str(self.price_msat),
+            "--first-address",
+            self.first,
+        ]
 
 
 class RecordingInbox:
@@ -177,6 +207,22 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def services_cpu_seconds() -> float:
+    """CPU seconds used so far by this tree's PostgreSQL (postmaster and backends) and
+    Redis, as ``scripts/services`` runs them (0 for what is not running)."""
+    total = 0.0
+    for pidfile in (
+        RUN_DIR.parent / "pg" / "postmaster.pid",
+        RUN_DIR.parent / "redis" / "redis.pid",
+    ):
+        try:
+            pid = int(pidfile.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        total += sum(cpu_seconds(p) for p in process_tree(pid))
+    return total
 
 
 @dataclass

@@ -10,6 +10,7 @@ host).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
 
@@ -38,7 +39,11 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
         row for row in claimed if row.id not in attempts and paying.get(row.host, row.id) != row.id
     ]
     waiting = queued_per_host(row.host for row in held) if held else {}
-    wait = {row.id: _hold(settings.hold_while_paying, waiting.get(row.host, 0)) for row in held}
+    spread = _spread()
+    wait = {
+        row.id: hold_for(settings.hold_while_paying, waiting.get(row.host, 0), spread)
+        for row in held
+    }
     jobs = {
         row.id: PaymentJob(settings, client, attempts.get(row.id), tokens.get(row.host))
         for row in claimed
@@ -46,8 +51,19 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
     return jobs, wait
 
 
-def _hold(base: float, queued: int) -> float:
-    """Seconds to hold a delivery while its host is being paid: ``base``, longer the more
-    deliveries wait for that host (up to a minute), spread at random so that they do not
-    all come back at once and payments to that host go one after another."""
-    return min(HOLD_LIMIT, max(base, base * queued / 2)) * (0.75 + random.random() / 2)
+def hold_for(base: float, queued: int, spread: float | None = None) -> float:
+    """Seconds to hold a delivery while its host is being paid.
+
+    ``base``, longer the more deliveries wait for that host (``queued``): ``base`` times
+    the power of two at or above ``queued / 2``, up to a minute, so that a long queue
+    comes back rarely; times ``spread`` (0.75 to 1.25, random when not given), so that
+    the deliveries held at different moments come back one after another.  A claim
+    passes one spread for all its holds, and the powers of two leave few distinct
+    values, so that its held deliveries come back in a few messages, not one each.
+    """
+    steps = float(2 ** math.ceil(math.log2(max(1.0, queued / 2))))
+    return min(HOLD_LIMIT, base * steps) * (_spread() if spread is None else spread)
+
+
+def _spread() -> float:
+    return 0.75 + random.random() / 2

@@ -19,7 +19,7 @@ token is held for that token rather than paid again.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
@@ -29,7 +29,8 @@ from django.utils import timezone
 
 from django_outbox.models import Delivery
 from django_outbox.outcomes import AttemptResult, Outcome
-from django_outbox.payments.lookups import bought_meanwhile, day_of, spent_today
+from django_outbox.payments.claims import hold_for
+from django_outbox.payments.lookups import bought_meanwhile, day_of, paying_hosts, spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
 from django_outbox.payments.reports import Challenge, Change, Settlement
 from django_outbox.payments.settings import PaymentSettings
@@ -39,6 +40,7 @@ from django_outbox.signals import (
     payment_made,
     send_logged,
 )
+from django_outbox.store.queries import queued_per_host
 
 
 def _at(seconds: float) -> datetime:
@@ -138,22 +140,50 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> l
     """
     if not any(outcome.payment is not None for outcome in outcomes):
         return list(outcomes)
-    signals = _Signals()
+    batch = _Batch(settings)
     with transaction.atomic():
-        result = [_record(outcome, settings, signals) for outcome in outcomes]
-    signals.send()
+        result = [_record(outcome, batch) for outcome in outcomes]
+    batch.signals.send()
     return result
 
 
-def _record(outcome: Outcome, settings: PaymentSettings, signals: _Signals) -> Outcome:
+@dataclass
+class _Batch:
+    """One call of :func:`record_payments`: its signals, the hosts it found paying
+    (a pending attempt stored by it, or committed before), and the queue lengths it
+    read (to hold deliveries for)."""
+
+    settings: PaymentSettings
+    signals: _Signals = field(default_factory=_Signals)
+    paying: set[str] = field(default_factory=set)
+    queued: dict[str, int] = field(default_factory=dict)
+
+    def is_paying(self, host: str) -> bool:
+        """Whether ``host`` has a pending attempt (asked once per batch and host)."""
+        if host not in self.paying and paying_hosts([host]):
+            self.paying.add(host)
+        return host in self.paying
+
+    def held_while_paying(self, outcome: Outcome) -> Outcome:
+        """``outcome`` held while another delivery pays its host, as long as a claim
+        would hold it (longer the more deliveries wait for that host)."""
+        host = outcome.row.host
+        if host not in self.queued:
+            self.queued[host] = queued_per_host([host]).get(host, 0)
+        wait = hold_for(self.settings.hold_while_paying, self.queued[host])
+        error = "held: another payment to this host is under way"
+        return replace(outcome, result=AttemptResult.HELD, error=error, held_for=wait)
+
+
+def _record(outcome: Outcome, batch: _Batch) -> Outcome:
     report = outcome.payment
     if report is None:
         return outcome
     for settlement in report.settlements:
-        _settle(settlement, signals)
+        _settle(settlement, batch.signals)
     if report.challenge is None:
         return outcome
-    return _open(outcome, report.challenge, settings, signals)
+    return _open(outcome, report.challenge, batch)
 
 
 def _settle(settlement: Settlement, signals: _Signals) -> None:
@@ -213,11 +243,17 @@ def _nextday_of(now: datetime) -> float:
     return (midnight - now).total_seconds()
 
 
-def _open(
-    outcome: Outcome, challenge: Challenge, settings: PaymentSettings, signals: _Signals
-) -> Outcome:
-    """Store ``challenge`` as a pending attempt of the outcome's delivery, within budget."""
-    row, sender = outcome.row, outcome.message.sender
+def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
+    """Store ``challenge`` as a pending attempt of the outcome's delivery, within budget.
+
+    A host with a pending attempt already (stored by this batch, or committed) is not
+    tried: the unique constraint would refuse it, after a savepoint and an insert.  Its
+    delivery is held before anything else is read (the payments it made are counted
+    when it meets a 402 with nobody paying).
+    """
+    row, sender, settings = outcome.row, outcome.message.sender, batch.settings
+    if batch.is_paying(row.host):
+        return batch.held_while_paying(outcome)
     spent = PaymentAttempt.objects.filter(delivery_id=row.id).filter(
         Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING)
     )
@@ -257,7 +293,7 @@ def _open(
             outcome, result=AttemptResult.HELD, error=error, held_for=settings.hold_while_paying
         )
     except _OverBudget:
-        signals.over_budget.append(
+        batch.signals.over_budget.append(
             {
                 "delivery": row.id,
                 "actor": sender,
@@ -270,10 +306,8 @@ def _open(
         error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
         return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_nextday_of(now))
     except IntegrityError:
-        error = "held: another payment to this host is under way"
-        return replace(
-            outcome, result=AttemptResult.HELD, error=error, held_for=settings.hold_while_paying
-        )
+        return batch.held_while_paying(outcome)
+    batch.paying.add(row.host)
     return outcome
 
 

@@ -15,11 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import bolt11
-from bolt11 import Bolt11, MilliSatoshi, TagChar, Tags
 from coincurve import PrivateKey
 
 from testproject.lightning import macaroons
+from testproject.lightning.bolt11_writer import write_invoice
 
 
 @dataclass
@@ -132,15 +131,16 @@ class InvoiceIssuer:
         preimage = preimage or os.urandom(32)
         payment_hash = hashlib.sha256(preimage).hexdigest()
         date = int(self.registry.clock()) if created_at is None else created_at
-        tags = Tags()
-        tags.add(TagChar.payment_hash, payment_hash)
-        tags.add(TagChar.payment_secret, os.urandom(32).hex())
-        tags.add(TagChar.description, description)
-        tags.add(TagChar.expire_time, expiry)
-        tags.add(TagChar.min_final_cltv_expiry, 40)
-        amount = MilliSatoshi(amount_msat) if amount_msat else None
-        unsigned = Bolt11(currency=self.network, date=date, tags=tags, amount_msat=amount)
-        encoded = bolt11.encode(unsigned, private_key=self._node_key.hex())
+        encoded = write_invoice(
+            self._node_key,
+            network=self.network,
+            amount_msat=amount_msat,
+            timestamp=date,
+            payment_hash=payment_hash,
+            payment_secret=os.urandom(32).hex(),
+            description=description,
+            expiry=expiry,
+        )
         issued = IssuedInvoice(encoded, payment_hash, preimage, amount_msat, date + expiry)
         self.registry.add(issued)
         return issued

@@ -19,8 +19,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-import bolt11
-
+from django_outbox.payments.bolt11_reader import read_invoice
 from testproject.lightning.issuer import InvoiceRegistry, Unpayable
 
 
@@ -85,7 +84,7 @@ class FakeNode:
     def pay(self, invoice: str, amount_msat: int | None, max_fee_msat: int) -> NodePayment:
         """Pay ``invoice``: the recorded attempt (complete or failed), or :class:`Refused`."""
         try:
-            decoded = bolt11.decode(invoice)
+            decoded = read_invoice(invoice)
         except Exception as exc:
             raise Refused("invalid", f"invalid payment request: {type(exc).__name__}") from None
         if decoded.currency != self.network:
@@ -95,7 +94,7 @@ class FakeNode:
         if not decoded.amount_msat and amount_msat is None:
             raise Refused("invalid", "amount must be specified when paying a zero amount invoice")
         now = self.registry.clock()
-        if now >= decoded.date + decoded.expiry:
+        if now >= decoded.timestamp + decoded.expiry:
             raise Refused("invalid", "invoice expired")
         amount = int(decoded.amount_msat or amount_msat or 0)
         with self._lock:

@@ -101,7 +101,7 @@ class DecodingPaymentClient(PaymentClient, Protocol):
 
 
 def decoder_for(client: PaymentClient) -> Callable[[str], DecodedInvoice]:
-    """The client's own ``decode`` if it has one, else the ``bolt11``-based default."""
+    """The client's own ``decode`` if it has one, else the package's ``decode_invoice``."""
     if isinstance(client, DecodingPaymentClient):
         return client.decode
     from django_outbox.payments.invoices import decode_invoice
