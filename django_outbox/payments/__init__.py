@@ -6,7 +6,7 @@ The pieces, each usable alone:
   ``Authorization`` (standard library only).
 * :mod:`~django_outbox.payments.invoices`: decode a BOLT11 invoice, check network,
   expiry, price and that the macaroon names it; price an amountless one
-  (needs ``django-outbox[payments]``: ``coincurve``).
+  (needs ``django-outbox[payments]``: ``bolt11``).
 * :mod:`~django_outbox.payments.clients`: the payment client protocol, with
   :mod:`~.clients.lnd` (LND REST, ``requests``) and :mod:`~.clients.cln`
   (Core Lightning, ``pyln-client``: ``django-outbox[cln]``).

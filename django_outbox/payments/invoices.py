@@ -10,11 +10,10 @@ push payments: 100 msat per byte of message, at least 1,000 msat, and an invoice
 treated as expired :data:`EXPIRY_AFFORDANCE` seconds before it really expires, so that
 it cannot run out while the payment is on its way.
 
-:mod:`~django_outbox.payments.bolt11_reader` (which needs ``coincurve``, the
-``payments`` extra) is imported when the first invoice is decoded, so this module
-loads without it.  Decoding verifies the invoice's signature (against the ``n`` field,
-or by recovering the payee key) and requires a payment hash, a payment secret and a
-description.
+``bolt11`` (the ``payments`` extra) is imported when the first invoice is decoded,
+so this module loads without it.  Decoding verifies the invoice's signature (the
+``bolt11`` package recovers or checks the payee key) and requires a payment hash, a
+payment secret and a description.
 """
 
 from __future__ import annotations
@@ -93,36 +92,38 @@ def decode_invoice(invoice: str) -> DecodedInvoice:
         )
     if not (invoice.isascii() and invoice.isalnum()):
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "not bech32 text")
-    reader = _reader()
+    bolt11 = _bolt11()
     try:
-        decoded = reader.read_invoice(invoice)
-    # Hostile input reaches the parser and libsecp256k1: whatever either raises, the
-    # invoice cannot be used.
+        decoded = bolt11.decode(invoice)
+        payment_hash, payee = decoded.payment_hash, decoded.payee
+        created_at, expiry = int(decoded.date), int(decoded.expiry)
+    # Hostile input reaches a third-party parser (bech32, bitstring, coincurve): whatever
+    # it raises, the invoice cannot be used.
     except Exception as exc:
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, type(exc).__name__) from None
-    amount = decoded.amount_msat
+    amount = None if decoded.amount_msat is None else int(decoded.amount_msat)
     if amount is not None and amount <= 0:
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "amount is not positive")
     return DecodedInvoice(
         invoice=invoice,
         network=decoded.currency,
         amount_msat=amount,
-        payment_hash=decoded.payment_hash,
-        created_at=decoded.timestamp,
-        expiry=decoded.expiry,
-        payee=decoded.payee,
+        payment_hash=payment_hash,
+        created_at=created_at,
+        expiry=expiry,
+        payee=payee or "",
     )
 
 
-def _reader() -> Any:
-    """The invoice reader, imported on first use: only a site that pays needs coincurve."""
+def _bolt11() -> Any:
+    """The ``bolt11`` module, imported on first use: only a site that pays needs it."""
     try:
-        from django_outbox.payments import bolt11_reader
+        import bolt11
     except ImportError:
         raise OutboxConfigurationError(
-            "paying destinations needs coincurve: pip install 'django-outbox[payments]'"
+            "paying destinations needs bolt11: pip install 'django-outbox[payments]'"
         ) from None
-    return bolt11_reader
+    return bolt11
 
 
 def push_amount(

@@ -2,7 +2,7 @@
 
 Read by :attr:`django_outbox.conf.Settings.PAYMENTS`, checked by the system checks
 (``django_outbox.E010`` to ``E014``).  Standard library only, so that reading the
-settings never imports ``coincurve``: a site that configures no payments needs no extra.
+settings never imports ``bolt11``: a site that configures no payments needs no extra.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import pytest
 from bolt11 import Bolt11, MilliSatoshi, TagChar, Tags
 from coincurve import PrivateKey
 
-from django_outbox.payments.bolt11_reader import read_invoice
+from testproject.lightning.bolt11_reader import read_invoice
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 
 KEY = bytes(range(1, 33))

@@ -1,15 +1,16 @@
-"""Read a BOLT11 invoice: bech32 text, human-readable part, tagged fields, signature.
+"""The fake Lightning network's BOLT11 reader: bech32 text, human-readable part, tagged
+fields, signature.
 
-Reads what the ``bolt11`` package reads, as strictly (the same fields, the first of
-each kind kept, unknown ones skipped, the signature verified against the ``n`` field
-or the payee key recovered from it), in a tenth of a millisecond instead of several:
-``bolt11`` builds a ``bitstring`` object per 5-bit group, about 7 ms of CPU per
-invoice, paid by the worker for every ``402`` it meets.  Here the groups are read as
-integers.  Signatures are checked by ``coincurve`` (libsecp256k1), as ``bolt11`` does.
+The fake node reads every invoice the fake gates issue, and the benchmarks issue
+thousands: ``bolt11`` builds a ``bitstring`` object per 5-bit group, about 5-7 ms of
+CPU per invoice, which would charge the harness's cost to the package under test.
+Here the groups are read as integers (0.2 ms), the same fields kept and the same
+invoices refused (``tests/unit/payments/test_bolt11_reader.py`` compares the two), the
+signature checked by ``coincurve`` (libsecp256k1).  The package itself decodes with the
+maintained ``bolt11`` library (:mod:`django_outbox.payments.invoices`): a payer's reading
+of the amount must be the one the Lightning ecosystem shares.
 
-:func:`read_invoice` raises :class:`ValueError` for anything it cannot read; the caller
-turns it into a refusal.  Importing this module needs ``coincurve`` (the ``payments``
-extra).
+:func:`read_invoice` raises :class:`ValueError` for anything it cannot read.
 """
 
 from __future__ import annotations
