@@ -196,7 +196,7 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 f"control: worker `-Q outbox,outbox.priority`, {control.get('bulk', 0):,} fan-out",
                 _stat(control["latencies_s"]),
                 "s",
-                "slow, as it should be",
+                "queues reversed: for comparison",
             )
     memory = s.get("memory")
     if memory:
