@@ -43,7 +43,7 @@ _JOIN_WAIT = 5.0
 
 class Heart:
     """Beats for this process on one thread; runs recovery passes on another while
-    it leads.  The first beat is written by the constructor."""
+    it leads (once :meth:`start` ran)."""
 
     def __init__(self) -> None:
         self.name = owner_name()
@@ -56,18 +56,21 @@ class Heart:
         self._last_beat = 0.0
         self._stopping = threading.Event()
         self._pass_due = threading.Event()
-        self.beat_once()
         self._threads = [
             threading.Thread(target=self._beat_loop, name="outbox-heartbeat", daemon=True),
             threading.Thread(target=self._recovery_loop, name="outbox-recovery", daemon=True),
         ]
+
+    def start(self) -> Heart:
+        """Write the first beat here and now, then start beating and leading on threads."""
+        self.beat_once()
         for thread in self._threads:
             thread.start()
+        return self
 
     def beat_once(self) -> None:
         """Write this process's beat and learn whether it leads; a failure is logged."""
         try:
-            close_old_connections()
             beat(self.name)
             names = live_names(self.timeout)
         except DatabaseError:
@@ -91,6 +94,7 @@ class Heart:
     def _beat_loop(self) -> None:
         try:
             while not self._stopping.wait(self.interval):
+                close_old_connections()
                 self.beat_once()
         finally:
             connections.close_all()
@@ -112,7 +116,8 @@ class Heart:
         self._stopping.set()
         self._pass_due.set()
         for thread in self._threads:
-            thread.join(_JOIN_WAIT)
+            if thread.is_alive():
+                thread.join(_JOIN_WAIT)
         try:
             stop_beating(self.name)
         except DatabaseError:
@@ -128,7 +133,7 @@ def start_heart() -> Heart:
     global _heart
     with _heart_lock:
         if _heart is None or _heart.pid != os.getpid():
-            _heart = Heart()
+            _heart = Heart().start()
         return _heart
 
 
