@@ -197,12 +197,16 @@ def start_expansion(message_id: int, lane: str) -> bool:
     return True
 
 
-def restart_expansions(older_than: float) -> int:
+def restart_expansions(older_than: float, lanes: Sequence[str] = ()) -> int:
     """Publish again the expansion of fan-outs sent ``older_than`` seconds ago or more
-    whose inboxes are still pending (a hundred at most); how many."""
+    whose inboxes are still pending (in ``lanes`` if given; a hundred at most); how
+    many.  Two expansions of one message share its slices out, so a restart of one
+    that was merely slow costs nothing."""
     cutoff = timezone.now() - timedelta(seconds=older_than)
     pending = PendingInboxes.objects.filter(message=OuterRef("pk"))
     stuck = Message.objects.filter(Exists(pending), created_at__lte=cutoff)
+    if lanes:
+        stuck = stuck.filter(lane__in=lanes)
     found = list(stuck.values_list("id", "lane")[:_EXPANSIONS_PER_STEP])
     for message_id, lane in found:
         start_expansion(message_id, lane)

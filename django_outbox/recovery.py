@@ -13,7 +13,7 @@ nothing but the sweeper's housekeeping:
   queues are declared again; or by a lane whose queue is empty while the
   database has deliveries published to it, due and unclaimed for
   ``OUTBOX_HEARTBEAT_TIMEOUT`` (a purged queue, messages a killed worker had
-  taken), then those are published again;
+  taken, an expansion the broker refused), then those are published again;
 - due deliveries without a message (parked retries, a broker that was down)
   are published, as the sweeper does;
 - ``delivery_failed`` signals a dying process never sent are sent.
@@ -62,19 +62,19 @@ def check_broker() -> int:
     if not canary_present():
         # The canary first: a loss after this point is seen by the next pass.
         restore_canary(lanes)
-        forgotten = forget_all_dispatches()
-        logger.warning(
-            "the broker lost its messages (the canary is gone): publishing %d queued "
-            "deliveries again",
-            forgotten,
-        )
-        return forgotten + restart_expansions(0.0)
+        found = forget_all_dispatches() + restart_expansions(0.0)
+        # No canary and nothing queued: most likely a broker this package never used.
+        log = logger.warning if found else logger.info
+        log("the canary is gone, the broker lost its messages: publishing %d again", found)
+        return found
     empty = [lane for lane, size in lane_sizes(lanes).items() if not size]
-    lost = take_undispatched(conf.HEARTBEAT_TIMEOUT, empty) if empty else {}
+    if not empty:
+        return 0
+    lost = take_undispatched(conf.HEARTBEAT_TIMEOUT, empty)
     publish(lost)
-    found = sum(map(len, lost.values()))
+    found = sum(map(len, lost.values())) + restart_expansions(conf.HEARTBEAT_TIMEOUT, empty)
     if found:
-        logger.warning("published %d deliveries again whose messages were lost", found)
+        logger.warning("published %d deliveries (or expansions) again: lost messages", found)
     return found
 
 

@@ -48,6 +48,11 @@ class OutboxTask(Task):  # type: ignore[type-arg]
         """
         close_old_connections()
 
+    def on_retry(self, *args: Any, **kwargs: Any) -> None:
+        """Close the connection as :meth:`after_return` does, which Celery skips for a
+        retry: a connection a database restart broke would fail every retry after."""
+        close_old_connections()
+
 
 def _retried_task(name: str) -> Callable[[Callable[..., Any]], OutboxTask]:
     """The decorator of a task that ``autoretry_for`` retries while the database is away."""

@@ -118,10 +118,15 @@ class Heart:
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(_JOIN_WAIT)
-        try:
-            stop_beating(self.name)
-        except DatabaseError:
-            logger.warning("could not delete the heartbeat of %s", self.name, exc_info=True)
+        for last_try in (False, True):
+            try:
+                stop_beating(self.name)
+                return
+            except DatabaseError:
+                if last_try:
+                    logger.warning("could not delete the heartbeat of %s", self.name)
+                else:
+                    connections.close_all()  # broken by a database restart: a new one
 
 
 _heart: Heart | None = None

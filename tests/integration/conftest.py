@@ -99,7 +99,7 @@ def make_worker(workers: WorkerFactory) -> Iterator[Callable[..., Worker]]:
 def chaos_broker(django_db_setup: None) -> Iterator[Any]:
     """A private broker of the session's kind that the chaos tests may flush, stop and
     restart: a ``redis-server``, or a RabbitMQ node when the tests run on RabbitMQ."""
-    from tests.support.chaos import RedisServer
+    from tests.support.chaos_servers import RedisServer
     from tests.support.rabbitmq import RabbitServer
 
     kind = RabbitServer if rabbitmq() else RedisServer
@@ -111,16 +111,16 @@ def chaos_broker(django_db_setup: None) -> Iterator[Any]:
 @pytest.fixture
 def chaos_workers(chaos_broker: Any) -> Iterator[Any]:
     """Chaos workers on the private broker, which this process publishes to meanwhile."""
-    from django.test import override_settings
-
+    from django_outbox.dispatch import CANARY_QUEUE
     from django_outbox.models import Lane
-    from tests.support.chaos import IN_PROCESS_SETTINGS, Workers, publishing_to
+    from tests.support.chaos import Workers
+    from tests.support.chaos_servers import publishing_to
 
     if not chaos_broker.running():
         chaos_broker.start()
-    chaos_broker.clear(Lane.values)
+    chaos_broker.clear([*Lane.values, CANARY_QUEUE])
     workers = Workers(chaos_broker.url)
-    with override_settings(**IN_PROCESS_SETTINGS), publishing_to(chaos_broker.url):
+    with publishing_to(chaos_broker.url):
         try:
             yield workers
         finally:

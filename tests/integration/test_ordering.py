@@ -63,10 +63,10 @@ def test_a_delete_waits_for_its_create_only_at_the_inbox_that_is_retrying(
     outbox.send(ACTOR, CREATE, inboxes, batch=Batch(ordering_key=KEY))
     outbox.send(ACTOR, DELETE, inboxes, batch=Batch(ordering_key=KEY))
     others = paths[1:]
-    wait_until(lambda: all(len(inbox_server.requests(p)) == 2 for p in others), 15, sweeping=False)
+    wait_until(lambda: all(len(inbox_server.requests(p)) == 2 for p in others), 15)
     # The other inboxes are done while the flaky one's Delete still waits its turn.
     assert row(DELETE, inboxes[0]).state == DeliveryState.WAITING
-    wait_until(none_live, 30, sweeping=False)
+    wait_until(none_live, 30)
 
     flaky = inbox_server.requests("/flaky")
     assert kinds(flaky) == [("Create", 500)] * 3 + [("Create", 202), ("Delete", 202)]
@@ -93,9 +93,9 @@ def test_a_create_given_up_at_its_deadline_lets_the_delete_go(
     deadline = timezone.now() + timedelta(seconds=2.5)
     outbox.send(ACTOR, CREATE, [down, up], batch=Batch(ordering_key=KEY, deadline=deadline))
     outbox.send(ACTOR, DELETE, [down, up], batch=Batch(ordering_key=KEY))
-    wait_until(lambda: row(CREATE, down).state == DeliveryState.FAILED, 15, sweeping=False)
+    wait_until(lambda: row(CREATE, down).state == DeliveryState.FAILED, 15)
     inbox_server.behave("/down", Behaviour())
-    wait_until(none_live, 15, sweeping=False)
+    wait_until(none_live, 15)
 
     create = row(CREATE, down)
     assert create.deadline_reached
@@ -124,7 +124,7 @@ def test_a_create_held_by_an_open_breaker_keeps_the_delete_waiting(
         held, free = inbox_server.url(), other.url()
         outbox.send(ACTOR, CREATE, [held, free], batch=Batch(ordering_key=KEY))
         outbox.send(ACTOR, DELETE, [held, free], batch=Batch(ordering_key=KEY))
-        wait_until(none_live, 30, sweeping=False)
+        wait_until(none_live, 30)
         assert kinds(other.requests()) == [("Create", 202), ("Delete", 202)]
     assert kinds(inbox_server.requests()) == [("Create", 503), ("Create", 202), ("Delete", 202)]
     create = row(CREATE, held)
@@ -147,7 +147,7 @@ def test_a_requeued_delete_waits_again_behind_its_live_create(
     assert outbox.give_up(delete, "by hand") == 1
     assert outbox.requeue(delete) == 1
     assert delete.get().state == DeliveryState.WAITING
-    wait_until(none_live, 30, sweeping=False)
+    wait_until(none_live, 30)
     assert kinds(inbox_server.requests()) == [
         ("Create", 500),
         ("Create", 500),
@@ -166,14 +166,14 @@ def test_a_delete_committed_as_its_create_settles_is_not_left_waiting(
     inbox_server.behave("/inbox", Behaviour(delay=1.0))
     inbox = inbox_server.url()
     outbox.send(ACTOR, CREATE, [inbox], batch=Batch(ordering_key=KEY))
-    wait_until(lambda: inbox_server.requests(), 15, sweeping=False)
+    wait_until(lambda: inbox_server.requests(), 15)
     with transaction.atomic():
         outbox.send(ACTOR, DELETE, [inbox], batch=Batch(ordering_key=KEY))
         assert row(DELETE, inbox).state == DeliveryState.WAITING
         # Read committed: the worker's save of the Create is visible in here.
-        wait_until(lambda: row(CREATE, inbox).state == DeliveryState.DELIVERED, 15, sweeping=False)
+        wait_until(lambda: row(CREATE, inbox).state == DeliveryState.DELIVERED, 15)
         time.sleep(0.5)  # and the worker's look for a successor has passed
-    wait_until(none_live, 10, sweeping=False)
+    wait_until(none_live, 10)
     assert kinds(inbox_server.requests()) == [("Create", 202), ("Delete", 202)]
 
 
