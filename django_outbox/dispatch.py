@@ -93,7 +93,7 @@ class CeleryPublisher:
         """A passive declare of each queue, on a channel of its own (a queue that does
         not exist closes the channel on RabbitMQ)."""
         sizes: dict[str, int | None] = {}
-        with current_app.connection_or_acquire() as connection:
+        with _fresh_connection() as connection:
             for queue in queues:
                 channel = connection.channel()
                 try:
@@ -107,12 +107,22 @@ class CeleryPublisher:
 
     def declare(self, queues: Sequence[str]) -> None:
         """Declare each queue as the app routes to it, bypassing kombu's cache of what
-        this connection declared before (the broker may have lost it since)."""
+        a connection declared before (the broker may have lost it since)."""
         app = current_app
-        with app.connection_or_acquire() as connection:
+        with _fresh_connection() as connection:
             channel = connection.default_channel
             for queue in queues:
                 app.amqp.queues[queue](channel).declare()
+
+
+@contextmanager
+def _fresh_connection() -> Iterator[Any]:
+    """A new connection to the broker, closed afterwards: not one from the app's pool,
+    which may hold a connection the broker cut (a restarted node) that it cannot
+    open channels on.  One attempt to connect: the next pass tries again."""
+    with current_app.connection_for_write() as connection:
+        connection.ensure_connection(max_retries=1)
+        yield connection
 
 
 _publisher: Publisher = CeleryPublisher()

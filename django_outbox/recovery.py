@@ -97,7 +97,7 @@ def _resend_signals() -> int:
 
 def recover(*, judge_owners: bool) -> dict[str, int]:
     """One pass; ``judge_owners`` says whether to take back dead processes' claims
-    (only a process that has itself beaten for a whole timeout may judge others).
+    (only a process that has itself beaten steadily for a while may judge others).
 
     A step that fails (the broker or the database away) is logged and the next
     one runs.  Returns how many rows each step touched.

@@ -7,18 +7,23 @@ seconds, by the database's clock, and the process's claims carry its name.
 The first beat is written before the process can claim anything, and the row is
 deleted when it stops cleanly.
 
-**The leader** is the live process whose row is oldest (lowest id).  Each
-process learns it from the rows it reads when it beats, so no lock or election
-is needed; it stays the leader as long as it lives, and when it dies the next
-oldest takes over within one timeout.  Two processes may both believe they lead
-for a moment while rows change; every recovery step tolerates that.  The
+**The leader** is the oldest process (lowest id) whose row was written within
+:data:`LEADER_BEATS` intervals.  Each process learns it from the rows it reads
+when it beats, so no lock or election is needed; it stays the leader as long as
+it beats, and when it dies the next oldest takes over within those intervals,
+sooner than the heartbeat timeout after which its claims are taken back.  Two
+processes may both believe they lead for a moment while rows change; every
+recovery step tolerates that.  The
 leader's passes (:func:`~django_outbox.recovery.recover`) run on a second
 thread, so that a slow pass (a broker that does not answer) never delays its
 beats: a late beat would make a live process look dead.
 
 A process judges others dead only after it has itself beaten without a gap
-for a whole timeout: after a database outage every row is stale, and the
-processes that are alive must first have the chance to beat again.
+for :data:`JUDGE_AFTER` intervals: after a database outage every row is
+stale, and the processes that are alive must first have the chance to beat
+again (each tries every interval).  Not a whole timeout: a process that
+started a moment ago, after others were killed, would then leave their claims
+waiting that much longer.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ from django_outbox.store.heartbeats import beat, live_names, stop_beating
 
 logger = logging.getLogger("django_outbox.heartbeat")
 
+#: Intervals of steady beating after which a process may judge others dead.
+JUDGE_AFTER = 2
+#: Intervals within which the leader must have beaten to keep leading.
+LEADER_BEATS = 3
 #: Seconds :meth:`Heart.stop` waits for each thread.
 _JOIN_WAIT = 5.0
 
@@ -72,7 +81,7 @@ class Heart:
         """Write this process's beat and learn whether it leads; a failure is logged."""
         try:
             beat(self.name)
-            names = live_names(self.timeout)
+            names = live_names(min(self.timeout, LEADER_BEATS * self.interval))
         except DatabaseError:
             logger.warning("could not write the heartbeat of %s", self.name, exc_info=True)
             connections.close_all()  # this thread's
@@ -87,9 +96,9 @@ class Heart:
             self._pass_due.set()
 
     def may_judge(self) -> bool:
-        """Whether this process has beaten without a gap for a whole timeout."""
+        """Whether this process has beaten without a gap for :data:`JUDGE_AFTER` intervals."""
         since = self.steady_since
-        return since is not None and time.monotonic() - since >= self.timeout
+        return since is not None and time.monotonic() - since >= JUDGE_AFTER * self.interval
 
     def _beat_loop(self) -> None:
         try:

@@ -111,14 +111,13 @@ def chaos_broker(django_db_setup: None) -> Iterator[Any]:
 @pytest.fixture
 def chaos_workers(chaos_broker: Any) -> Iterator[Any]:
     """Chaos workers on the private broker, which this process publishes to meanwhile."""
-    from django_outbox.dispatch import CANARY_QUEUE
     from django_outbox.models import Lane
     from tests.support.chaos import Workers
     from tests.support.chaos_servers import publishing_to
 
     if not chaos_broker.running():
         chaos_broker.start()
-    chaos_broker.clear([*Lane.values, CANARY_QUEUE])
+    chaos_broker.clear(Lane.values)
     workers = Workers(chaos_broker.url)
     with publishing_to(chaos_broker.url):
         try:

@@ -48,7 +48,7 @@ from tests.support.chaos import (
     wait_until,
 )
 from tests.support.chaos_servers import restart_postgres
-from tests.support.chaos_watch import Recoveries, not_published_since, queued_now
+from tests.support.chaos_watch import Recoveries
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
@@ -86,20 +86,15 @@ def test_a_fan_out_through_three_sigkills_and_a_flush_completes_within_two_minut
             watch.fault(f"SIGKILL {n + 1}", lambda pid=pid: in_flight([pid]))
         wait_until(lambda: delivered() >= FAN_OUT * 2 // 3, 90)
         at_flush = in_flight()
-        queued, now = queued_now()
-        flushed = time.monotonic()
-        chaos_broker.flush()
-        watch.fault("flush", not_published_since(queued, now), at=flushed)
-        drive(FAN_OUT, 120)
-        seconds = round(time.monotonic() - started, 1)
-        recovered = watch.wait(30)
+        queued = watch.lose_messages("flush", chaos_broker.flush)
+        seconds, recovered = watch.settle(FAN_OUT, started)
         tally = farm.tally(inboxes)
     report(
         "3 x SIGKILL + flush",
         recovered_seconds=recovered,
         stranded_per_kill=stranded,
         in_flight_at_flush=at_flush,
-        queued_at_flush=len(queued),
+        queued_at_flush=queued,
         duplicates=tally.duplicates,
         requests=tally.requests,
         seconds=seconds,
@@ -107,7 +102,7 @@ def test_a_fan_out_through_three_sigkills_and_a_flush_completes_within_two_minut
     assert states() == {DeliveryState.DELIVERED: FAN_OUT}
     assert tally.missing == 0
     assert sum(stranded) > 0, "no kill hit a delivery in flight"
-    assert len(queued) > 0, "the flush came too late to lose anything"
+    assert queued > 0, "the flush came too late to lose anything"
     assert tally.duplicates <= sum(stranded) + at_flush
     assert all(s is not None and s <= RECOVERY_BOUND for s in recovered.values()), recovered
     assert seconds <= 120
@@ -130,9 +125,7 @@ def test_the_whole_worker_killed_and_started_again(chaos_workers: Workers) -> No
         stranded = in_flight(pids)
         watch.fault("whole worker", lambda: in_flight(pids))
         chaos_workers.start(1, extra=SLOW_RUN)
-        drive(FAN_OUT // 2, 120)
-        seconds = round(time.monotonic() - started, 1)
-        recovered = watch.wait(30)
+        seconds, recovered = watch.settle(FAN_OUT // 2, started)
         tally = farm.tally(inboxes)
     report(
         "whole worker killed and restarted",
@@ -165,24 +158,19 @@ def test_the_broker_restarted_without_its_data_mid_run(
         chaos_workers.start(2)
         wait_until(lambda: delivered() >= 20, 60, every=0.01)
         at_fault = in_flight()
-        queued, now = queued_now()
-        restarted = time.monotonic()
-        chaos_broker.restart_empty()
-        watch.fault("restart without data", not_published_since(queued, now), at=restarted)
-        drive(FAN_OUT, 120)
-        seconds = round(time.monotonic() - started, 1)
-        recovered = watch.wait(30)
+        queued = watch.lose_messages("restart without data", chaos_broker.restart_empty)
+        seconds, recovered = watch.settle(FAN_OUT, started)
         tally = farm.tally(inboxes)
     report(
         "broker restarted without data",
         recovered_seconds=recovered,
-        queued_at_fault=len(queued),
+        queued_at_fault=queued,
         in_flight_at_fault=at_fault,
         duplicates=tally.duplicates,
         requests=tally.requests,
         seconds=seconds,
     )
-    assert len(queued) > 0, "the restart came too late to lose anything"
+    assert queued > 0, "the restart came too late to lose anything"
     assert states() == {DeliveryState.DELIVERED: FAN_OUT}
     assert tally.missing == 0
     assert tally.duplicates <= at_fault
@@ -206,9 +194,7 @@ def test_postgresql_restart_mid_run_costs_a_pause(chaos_workers: Workers) -> Non
         before = delivered()
         watch.fault("PostgreSQL restart", lambda: int(delivered() <= before))
         down = restart_postgres()
-        drive(FAN_OUT, 120)
-        seconds = round(time.monotonic() - started, 1)
-        recovered = watch.wait(30)
+        seconds, recovered = watch.settle(FAN_OUT, started)
         tally = farm.tally(inboxes)
     report(
         "PostgreSQL restart",

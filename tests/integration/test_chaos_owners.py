@@ -43,8 +43,8 @@ def test_a_live_owners_request_longer_than_the_heartbeat_timeout_is_sent_once(
     recovery passes did run and judge owners while the slow request was out."""
     inbox_server.behave("/slow", TRICKLING)
     (worker,) = chaos_workers.start(1)
-    # The processes judge others only after beating steadily for a whole timeout.
-    wait_until(lambda: _steady(children(worker.pid)), TIMEOUT + 10, every=0.5)
+    # The processes judge others only after beating steadily for two intervals.
+    wait_until(lambda: _steady(children(worker.pid)), 20, every=0.5)
     outbox.send(ACTOR, NOTE, [inbox_server.url("/slow")])
     wait_until(lambda: inbox_server.requests("/slow"), 15)
     slow = Delivery.objects.get()
@@ -68,10 +68,10 @@ def test_a_live_owners_request_longer_than_the_heartbeat_timeout_is_sent_once(
 
 
 def _steady(pids: list[int]) -> bool:
-    """Whether each of ``pids`` has a heartbeat row older than the timeout, still beating."""
-    since = timezone.now() - timedelta(seconds=TIMEOUT + 1)
+    """Whether each of ``pids`` has beaten for two intervals (6 s) and beats still."""
+    now = timezone.now()
     rows = Heartbeat.objects.filter(
-        started_at__lte=since, beat_at__gte=timezone.now() - timedelta(seconds=TIMEOUT)
+        started_at__lte=now - timedelta(seconds=7), beat_at__gte=now - timedelta(seconds=TIMEOUT)
     )
     return len(pids) > 0 and all(rows.filter(name__contains=f":{pid}:").exists() for pid in pids)
 

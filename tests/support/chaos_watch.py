@@ -13,14 +13,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 
 from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState
-from tests.support.chaos import db_safe
+from tests.support.chaos import db_safe, drive
 
 #: Seconds between two looks.
 _EVERY = 0.2
@@ -78,15 +77,25 @@ class Recoveries:
         self._thread.join(10)
         return {fault.name: fault.seconds for fault in self.faults}
 
+    def settle(self, expected: int, started: float) -> tuple[float, dict[str, float | None]]:
+        """Wait until ``expected`` deliveries exist and none is live, then for the
+        recoveries: the seconds since ``started`` (monotonic) it all took, and
+        :meth:`wait`'s answer."""
+        drive(expected, 120)
+        seconds = round(time.monotonic() - started, 1)
+        return seconds, self.wait(30)
 
-def queued_now() -> tuple[list[int], datetime]:
-    """The deliveries queued now, and now: what a broker that loses its messages strands."""
-    now = timezone.now()
-    ids = Delivery.objects.filter(state=DeliveryState.QUEUED).values_list("id", flat=True)
-    return list(ids), now
-
-
-def not_published_since(ids: list[int], since: datetime) -> Callable[[], int]:
-    """Counts those of ``ids`` still queued with no message published after ``since``."""
-    old = Q(dispatched_at__isnull=True) | Q(dispatched_at__lte=since)
-    return lambda: Delivery.objects.filter(old, id__in=ids, state=DeliveryState.QUEUED).count()
+    def lose_messages(self, name: str, fault: Callable[[], None]) -> int:
+        """Inject ``fault``, by which the broker loses its messages, and watch the
+        deliveries queued at that moment until each was published again or claimed;
+        returns how many were queued."""
+        now = timezone.now()
+        queued = list(
+            Delivery.objects.filter(state=DeliveryState.QUEUED).values_list("id", flat=True)
+        )
+        at = time.monotonic()
+        fault()
+        old = Q(dispatched_at__isnull=True) | Q(dispatched_at__lte=now)
+        lost = Delivery.objects.filter(old, id__in=queued, state=DeliveryState.QUEUED)
+        self.fault(name, lost.count, at=at)
+        return len(queued)

@@ -57,25 +57,25 @@ def test_the_oldest_live_process_leads() -> None:
     mine = Heart()
     mine.beat_once()
     assert not mine.leader, "a live process with an older row leads"
-    Heartbeat.objects.filter(name="older:2:b").update(beat_at=ago(60))
+    Heartbeat.objects.filter(name="older:2:b").update(beat_at=ago(10))
     mine.beat_once()
-    assert mine.leader, "stale rows do not lead"
+    assert mine.leader, "a row three beats late no longer leads, though not yet dead"
     assert mine._pass_due.is_set(), "a leader's beat asks for a recovery pass"
 
 
-def test_a_process_judges_others_only_after_a_whole_timeout_of_steady_beats(
+def test_a_process_judges_others_only_after_two_intervals_of_steady_beats(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [1000.0]
     monkeypatch.setattr(heartbeat.time, "monotonic", lambda: clock[0])
-    with override_settings(OUTBOX_HEARTBEAT_TIMEOUT=15):
+    with override_settings(OUTBOX_HEARTBEAT_INTERVAL=3, OUTBOX_HEARTBEAT_TIMEOUT=15):
         heart = Heart()
     heart.beat_once()
     assert not heart.may_judge()
-    clock[0] += 14
+    clock[0] += 3
     heart.beat_once()
     assert not heart.may_judge()
-    clock[0] += 2
+    clock[0] += 3
     heart.beat_once()
     assert heart.may_judge()
     # A gap longer than the timeout (the process or its database was stuck): start again.
