@@ -13,10 +13,10 @@ when it beats, so no lock or election is needed; it stays the leader as long as
 it beats, and when it dies the next oldest takes over within those intervals,
 sooner than the heartbeat timeout after which its claims are taken back.  Two
 processes may both believe they lead for a moment while rows change; every
-recovery step tolerates that.  The
-leader's passes (:func:`~django_outbox.recovery.recover`) run on a second
-thread, so that a slow pass (a broker that does not answer) never delays its
-beats: a late beat would make a live process look dead.
+recovery step tolerates that.  The leader's passes
+(:func:`~django_outbox.recovery.recover`) run on a second thread, so that a slow
+pass (a broker that does not answer) never delays its beats: a late beat would
+make a live process look dead.
 
 A process judges others dead only after it has itself beaten without a gap
 for :data:`JUDGE_AFTER` intervals: after a database outage every row is
@@ -44,8 +44,10 @@ logger = logging.getLogger("django_outbox.heartbeat")
 
 #: Intervals of steady beating after which a process may judge others dead.
 JUDGE_AFTER = 2
-#: Intervals within which the leader must have beaten to keep leading.
-LEADER_BEATS = 3
+#: Intervals within which the leader must have beaten to keep leading: one missed
+#: beat is forgiven, and a dead leader is replaced within two intervals, so that
+#: several leaders killed one after another do not leave recovery waiting long.
+LEADER_BEATS = 2
 #: Seconds :meth:`Heart.stop` waits for each thread.
 _JOIN_WAIT = 5.0
 
