@@ -110,8 +110,10 @@ def recover(*, judge_owners: bool) -> dict[str, int]:
     for name, step in steps.items():
         try:
             counts[name] = step()
-        except Exception:
-            logger.warning("recovery step %r failed", name, exc_info=True)
+        except Exception as error:
+            # One line each pass while the broker or the database is away.
+            logger.warning("recovery step %r failed: %r", name, error)
+            logger.debug("recovery step %r failed", name, exc_info=True)
             counts[name] = 0
     if any(counts.values()):
         logger.info("recovery: %s", counts)

@@ -312,7 +312,9 @@ def run_deliveries(
     refused: list[Job] = []
     give_up_waiting = time.monotonic() + _ROOM_WAIT_LIMIT
     while pending:
-        room = _room(process, give_up_waiting) if wait and not urgent else len(pending)
+        room = (
+            _room(process, give_up_waiting, len(pending)) if wait and not urgent else len(pending)
+        )
         claimed = claim(pending[:room], token)
         pending = pending[room:]
         taken.update(row.id for row in claimed)
@@ -325,17 +327,20 @@ def run_deliveries(
     return waiting, max(0.0, (due - timezone.now()).total_seconds())
 
 
-def _room(process: WorkerProcess, give_up_waiting: float) -> int:
-    """How many deliveries to claim next: once the engine has room, that room;
-    after ``give_up_waiting`` (monotonic), everything left.  Urgent work found
-    while waiting is claimed and started meanwhile."""
+def _room(process: WorkerProcess, give_up_waiting: float, left: int) -> int:
+    """How many of the ``left`` deliveries to claim next: once the engine has room
+    for a quarter of its concurrency (or for all that is left), that room, so that
+    a busy engine is not fed one claim per delivery; after ``give_up_waiting``
+    (monotonic), everything left.  Urgent work found while waiting is claimed and
+    started meanwhile."""
     engine = process.engine
-    while not engine.wait_for_room(_URGENT_POLL):
+    want = min(left, max(1, conf.CONCURRENCY // 4))
+    while not engine.wait_for_room(_URGENT_POLL, want):
         if time.monotonic() > give_up_waiting:
             logger.warning("no room in the engine for %ss; claiming the rest", _ROOM_WAIT_LIMIT)
             return _NO_LIMIT
         give_back([job.row for job in engine.submit(_urgent_jobs(process))])
-    return max(1, engine.room())
+    return max(want, engine.room())
 
 
 def _urgent_jobs(process: WorkerProcess) -> list[Job]:

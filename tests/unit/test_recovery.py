@@ -172,7 +172,7 @@ def test_a_failing_step_is_logged_and_the_others_run(
     with caplog.at_level(logging.WARNING, logger="django_outbox.recovery"):
         counts = recovery.recover(judge_owners=False)
     assert counts == {"broker": 0, "dispatched": 1, "signals": 0}
-    assert "recovery step 'broker' failed" in caplog.text
+    assert "recovery step 'broker' failed: ConnectionError" in caplog.text
     assert memory_broker.ids(Lane.DEFAULT) == {parked.pk}
 
 
