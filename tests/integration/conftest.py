@@ -109,12 +109,16 @@ def chaos_broker(django_db_setup: None) -> Iterator[Any]:
 
 
 @pytest.fixture
-def chaos_workers(chaos_broker: Any) -> Iterator[Any]:
-    """Chaos workers on the private broker, which this process publishes to meanwhile."""
+def chaos_workers(chaos_broker: Any, workers: WorkerFactory) -> Iterator[Any]:
+    """Chaos workers on the private broker, which this process publishes to meanwhile.
+
+    The shared worker is stopped first: its recovery pass would publish the test's
+    rows to the session's broker and send them itself."""
     from django_outbox.models import Lane
     from tests.support.chaos import Workers
     from tests.support.chaos_servers import publishing_to
 
+    workers.stop_shared()
     if not chaos_broker.running():
         chaos_broker.start()
     chaos_broker.clear(Lane.values)
