@@ -49,6 +49,7 @@ from tests.support.chaos import (
 )
 from tests.support.chaos_servers import restart_postgres
 from tests.support.chaos_watch import Recoveries
+from tests.support.workers import rabbitmq
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
@@ -146,7 +147,9 @@ def test_the_broker_restarted_without_its_data_mid_run(
     chaos_workers: Workers, chaos_broker: Any
 ) -> None:
     """Redis stopped and started again empty (no persistence): messages and bindings
-    gone, every connection cut.  On RabbitMQ: the node restarted without its data."""
+    gone, every connection cut."""
+    if rabbitmq():
+        pytest.skip("on RabbitMQ the fan-out test's flush is already a restart without data")
     started = time.monotonic()
     watch = Recoveries()
     with Farm() as farm:

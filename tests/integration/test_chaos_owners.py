@@ -32,6 +32,7 @@ SLOW = 25
 TRICKLING = Behaviour(delay=3, trickle=0.5)
 
 
+@pytest.mark.postgres_only  # the rule's SQL runs on SQLite in tests/unit
 def test_a_live_owners_request_longer_than_the_heartbeat_timeout_is_sent_once(
     chaos_workers: Workers, inbox_server: InboxServer
 ) -> None:
