@@ -45,11 +45,6 @@ def new_token() -> str:
     return f"{owner_name()}:{next(_counter)}"
 
 
-def owner_of(token: str) -> str:
-    """The owner's name in a claim token."""
-    return token.rsplit(":", 1)[0]
-
-
 class ClaimedRow(NamedTuple):
     """One delivery as its claim returned it: what sending and recording it need."""
 
