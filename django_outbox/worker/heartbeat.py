@@ -75,6 +75,9 @@ class Heart:
     def start(self) -> Heart:
         """Write the first beat here and now, then start beating and leading on threads."""
         self.beat_once()
+        # Closed again: Celery's Django fix-up, which may run after this at the start
+        # of a pool process, closes inherited connections by their file descriptor.
+        connections.close_all()
         for thread in self._threads:
             thread.start()
         return self
@@ -84,8 +87,9 @@ class Heart:
         try:
             beat(self.name)
             names = live_names(min(self.timeout, LEADER_BEATS * self.interval))
-        except DatabaseError:
-            logger.warning("could not write the heartbeat of %s", self.name, exc_info=True)
+        except DatabaseError as error:
+            # One line each interval while the database is away.
+            logger.warning("could not write the heartbeat of %s: %r", self.name, error)
             connections.close_all()  # this thread's
             self.steady_since = None
             return
