@@ -78,6 +78,10 @@ def _retried_task(name: str) -> Callable[[Callable[..., Any]], OutboxTask]:
 def deliver(self: OutboxTask, ids: list[int]) -> None:
     """Claim the deliveries ``ids`` that are due and send them (the priority lane's
     at once, the others as the engine has room)."""
+    if not self.request.is_eager:
+        # The threads pool starts no process (no worker_process_init): beat from here,
+        # before the first claim.  Elsewhere the heart is already beating.
+        start_heart()
     lane = (self.request.delivery_info or {}).get("routing_key")
     later = run_deliveries(ids, urgent=lane == Lane.PRIORITY)
     if later is not None:
