@@ -29,7 +29,11 @@ _POSITIVE = (
     "CONNECT_TIMEOUT",
     "READ_TIMEOUT",
     "BREAKER_COOL_OFF",
+    "HEARTBEAT_INTERVAL",
+    "HEARTBEAT_TIMEOUT",
 )
+#: Heartbeats a live process may miss in a row before it counts as dead, at least.
+_BEATS_PER_TIMEOUT = 3
 
 
 @register(Tags.compatibility)
@@ -80,6 +84,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_outbox.W003",
             )
         )
+    if conf.HEARTBEAT_TIMEOUT < _BEATS_PER_TIMEOUT * conf.HEARTBEAT_INTERVAL:
+        errors.append(
+            Error(
+                "OUTBOX_HEARTBEAT_TIMEOUT is shorter than three OUTBOX_HEARTBEAT_INTERVALs.",
+                hint="A live worker that misses a beat or two (a slow database) would count as "
+                "dead, and what it is sending would be sent again.",
+                id="django_outbox.E016",
+            )
+        )
     if hasattr(settings, "OUTBOX_MAX_THREADS"):
         errors.append(
             Warning(
@@ -90,8 +103,28 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_outbox.W004",
             )
         )
-    engine = str(settings.DATABASES.get("default", {}).get("ENGINE", ""))
-    if not settings.DEBUG and engine.endswith("sqlite3"):
+    errors.extend(_check_sqlite())
+    return errors
+
+
+def _check_sqlite() -> list[CheckMessage]:
+    """SQLite in production (W002), and without ``IMMEDIATE`` transactions (W005)."""
+    errors: list[CheckMessage] = []
+    database: dict[str, Any] = settings.DATABASES.get("default", {})
+    if not str(database.get("ENGINE", "")).endswith("sqlite3"):
+        return errors
+    options: dict[str, Any] = database.get("OPTIONS") or {}
+    if options.get("transaction_mode") != "IMMEDIATE":
+        errors.append(
+            Warning(
+                "django_outbox is running on SQLite with deferred transactions.",
+                hint='Set DATABASES["default"]["OPTIONS"]["transaction_mode"] = "IMMEDIATE" '
+                "(Django 5.1+): two processes that read and then write in a transaction "
+                'otherwise fail at once with "database is locked" instead of waiting.',
+                id="django_outbox.W005",
+            )
+        )
+    if not settings.DEBUG:
         errors.append(
             Warning(
                 "django_outbox is running on SQLite with DEBUG off.",

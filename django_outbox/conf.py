@@ -205,6 +205,16 @@ class Settings:
         return float(_get("OUTBOX_SWEEP_INTERVAL", 30.0))
 
     @property
+    def HEARTBEAT_INTERVAL(self) -> float:
+        """Seconds between two heartbeats of a worker process (and recovery passes)."""
+        return float(_get("OUTBOX_HEARTBEAT_INTERVAL", 3.0))
+
+    @property
+    def HEARTBEAT_TIMEOUT(self) -> float:
+        """Seconds without a heartbeat after which a worker process counts as dead."""
+        return float(_get("OUTBOX_HEARTBEAT_TIMEOUT", 15.0))
+
+    @property
     def STOP_TIMEOUT(self) -> float:
         """Seconds a stopping worker waits for deliveries in flight before releasing them."""
         return float(_get("OUTBOX_STOP_TIMEOUT", 10.0))

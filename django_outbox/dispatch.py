@@ -11,23 +11,31 @@ the broker, is what must not lose them.
 Every message goes through one :class:`Publisher`, Celery's unless a test put
 another in place with :func:`use_publisher` (:mod:`django_outbox.testing`
 records them instead).
+
+The broker can lose what it holds (Redis flushed or restarted without its data,
+a RabbitMQ node reset): :data:`CANARY_QUEUE` holds one message that nobody
+consumes, so that its absence says the broker lost everything
+(:func:`canary_present`); :func:`restore_canary` declares the queues again
+(kombu's Redis transport keeps its bindings in ``_kombu.binding.*`` keys, which
+a flush erases too: until they are declared again, a publish is silently
+dropped) and puts the canary back.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from datetime import timedelta
 from typing import Any, Protocol
 
 from celery import current_app
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from django_outbox.conf import conf
-from django_outbox.models import Delivery, DeliveryState, locked
+from django_outbox.models import Delivery, DeliveryState, Message, PendingInboxes, locked
 from django_outbox.store.queries import STEP, Lanes, by_lane
 
 logger = logging.getLogger("django_outbox.dispatch")
@@ -35,6 +43,12 @@ logger = logging.getLogger("django_outbox.dispatch")
 DELIVER = "django_outbox.deliver"
 EXPAND = "django_outbox.expand"
 SWEEP = "django_outbox.sweep"
+#: The queue of the canary message; no worker may consume it.
+CANARY_QUEUE = "django_outbox.canary"
+#: The canary's task name: never registered, never run.
+CANARY = "django_outbox.canary"
+#: Lost expansions published again in one step at most.
+_EXPANSIONS_PER_STEP = 100
 
 SendTask = Callable[[str, tuple[Any, ...], str, float | None], None]
 """Publishes one task message: ``(task name, args, queue, countdown or None)``."""
@@ -52,6 +66,14 @@ class Publisher(Protocol):
         """A connection to publish a dispatch's messages on."""
         ...
 
+    def queue_sizes(self, queues: Sequence[str]) -> dict[str, int | None]:
+        """Messages ready in each of ``queues``; ``None`` for one the broker does not have."""
+        ...
+
+    def declare(self, queues: Sequence[str]) -> None:
+        """Declare ``queues`` (with their exchanges and bindings) on the broker again."""
+        ...
+
 
 class CeleryPublisher:
     """The default :class:`Publisher`: the current Celery app, one producer per dispatch."""
@@ -66,6 +88,41 @@ class CeleryPublisher:
                 app.send_task(name, args, queue=queue, producer=producer, countdown=countdown)
 
             yield send
+
+    def queue_sizes(self, queues: Sequence[str]) -> dict[str, int | None]:
+        """A passive declare of each queue, on a channel of its own (a queue that does
+        not exist closes the channel on RabbitMQ)."""
+        sizes: dict[str, int | None] = {}
+        with _fresh_connection() as connection:
+            for queue in queues:
+                channel = connection.channel()
+                try:
+                    sizes[queue] = channel.queue_declare(queue=queue, passive=True).message_count
+                except connection.channel_errors:
+                    sizes[queue] = None
+                finally:
+                    with suppress(*connection.channel_errors, *connection.connection_errors):
+                        channel.close()
+        return sizes
+
+    def declare(self, queues: Sequence[str]) -> None:
+        """Declare each queue as the app routes to it, bypassing kombu's cache of what
+        a connection declared before (the broker may have lost it since)."""
+        app = current_app
+        with _fresh_connection() as connection:
+            channel = connection.default_channel
+            for queue in queues:
+                app.amqp.queues[queue](channel).declare()
+
+
+@contextmanager
+def _fresh_connection() -> Iterator[Any]:
+    """A new connection to the broker, closed afterwards: not one from the app's pool,
+    which may hold a connection the broker cut (a restarted node) that it cannot
+    open channels on.  One attempt to connect: the next pass tries again."""
+    with current_app.connection_for_write() as connection:
+        connection.ensure_connection(max_retries=1)
+        yield connection
 
 
 _publisher: Publisher = CeleryPublisher()
@@ -150,6 +207,22 @@ def start_expansion(message_id: int, lane: str) -> bool:
     return True
 
 
+def restart_expansions(older_than: float, lanes: Sequence[str] = ()) -> int:
+    """Publish again the expansion of fan-outs sent ``older_than`` seconds ago or more
+    whose inboxes are still pending (in ``lanes`` if given; a hundred at most); how
+    many.  Two expansions of one message share its slices out, so a restart of one
+    that was merely slow costs nothing."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    pending = PendingInboxes.objects.filter(message=OuterRef("pk"))
+    stuck = Message.objects.filter(Exists(pending), created_at__lte=cutoff)
+    if lanes:
+        stuck = stuck.filter(lane__in=lanes)
+    found = list(stuck.values_list("id", "lane")[:_EXPANSIONS_PER_STEP])
+    for message_id, lane in found:
+        start_expansion(message_id, lane)
+    return len(found)
+
+
 def start_expansion_on_commit(message_id: int, lane: str) -> None:
     """:func:`start_expansion` once the current transaction commits."""
 
@@ -159,20 +232,27 @@ def start_expansion_on_commit(message_id: int, lane: str) -> None:
     transaction.on_commit(start_expansion_of_message, robust=True)
 
 
-def take_undispatched() -> Lanes:
+def take_undispatched(lost_after: float | None = None, lanes: Sequence[str] = ()) -> Lanes:
     """Due deliveries with no Celery message, or whose message was lost, marked dispatched.
 
-    ``dispatched_at`` is this module's: when a Celery message was last published
-    for the row, or ``None`` when none is known to be on its way.
+    A message is taken for lost ``lost_after`` seconds (``OUTBOX_REDISPATCH_AFTER``
+    unless given) after it was published, if the row is still queued and was due
+    as long; ``lanes`` limits the search to those lanes.  ``dispatched_at`` is this
+    module's: when a Celery message was last published for the row, or ``None``
+    when none is known to be on its way.
     """
     now = timezone.now()
-    lost = now - timedelta(seconds=conf.REDISPATCH_AFTER)
+    lost = now - timedelta(seconds=conf.REDISPATCH_AFTER if lost_after is None else lost_after)
+    due = Delivery.objects.filter(state=DeliveryState.QUEUED, next_attempt_at__lte=now)
+    if lanes:
+        due = due.filter(lane__in=lanes)
     with transaction.atomic():
         rows = list(
             locked(
-                Delivery.objects.filter(state=DeliveryState.QUEUED, next_attempt_at__lte=now)
-                .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=lost))
-                .order_by("next_attempt_at")
+                due.filter(
+                    Q(dispatched_at__isnull=True)
+                    | Q(dispatched_at__lt=lost, next_attempt_at__lt=lost)
+                ).order_by("next_attempt_at")
             ).values_list("id", "lane")[:STEP]
         )
         Delivery.objects.filter(id__in=[pk for pk, _ in rows]).update(dispatched_at=now)
@@ -182,5 +262,30 @@ def take_undispatched() -> Lanes:
 def forget_dispatch(ids: Iterable[int]) -> None:
     """Mark deliveries whose Celery message could not be published as undispatched."""
     Delivery.objects.filter(id__in=list(ids), dispatched_at__isnull=False).update(
+        dispatched_at=None
+    )
+
+
+def canary_present() -> bool:
+    """Whether the canary message is still in its queue (raises if the broker is away)."""
+    return bool(_publisher.queue_sizes([CANARY_QUEUE])[CANARY_QUEUE])
+
+
+def restore_canary(lanes: Sequence[str]) -> None:
+    """Declare the ``lanes`` and the canary's queue again, and put the canary back."""
+    _publisher.declare([*lanes, CANARY_QUEUE])
+    with _publisher.connect() as send:
+        send(CANARY, (), CANARY_QUEUE, None)
+
+
+def lane_sizes(lanes: Sequence[str]) -> dict[str, int | None]:
+    """Messages ready in each lane's queue (``None``: the broker has no such queue)."""
+    return _publisher.queue_sizes(lanes)
+
+
+def forget_all_dispatches() -> int:
+    """Mark every queued delivery undispatched, as its message is known to be lost;
+    the due ones are published again by :func:`take_undispatched`, the rest when due."""
+    return Delivery.objects.filter(state=DeliveryState.QUEUED, dispatched_at__isnull=False).update(
         dispatched_at=None
     )

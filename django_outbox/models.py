@@ -155,6 +155,10 @@ class Delivery(models.Model):
     last_status = models.PositiveSmallIntegerField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     deadline_reached = models.BooleanField(default=False)
+    failed_signal_pending = models.BooleanField(
+        default=False,
+        help_text="Given up on, and its delivery_failed signal not yet known to be sent.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -185,6 +189,11 @@ class Delivery(models.Model):
             # With the state, the status counts finished deliveries from the index alone.
             models.Index(fields=("finished_at", "state"), name="django_outbox_finished"),
             models.Index(fields=("state", "id"), name="django_outbox_state"),
+            models.Index(
+                fields=("finished_at",),
+                condition=Q(failed_signal_pending=True),
+                name="django_outbox_failed_signal",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -208,6 +217,27 @@ class Host(models.Model):
 
     class Meta:
         ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Heartbeat(models.Model):
+    """A worker process that is alive, as long as it keeps ``beat_at`` fresh.
+
+    Each process that runs an engine writes its row every
+    ``OUTBOX_HEARTBEAT_INTERVAL`` seconds and deletes it when it stops cleanly.
+    Its claims name it (``Delivery.claimed_by`` starts with ``name``), so that
+    the claims of a process whose row went stale are taken back at once, and
+    those of a live one are left alone however long its requests take.
+    """
+
+    name = models.CharField(max_length=80, unique=True, help_text="host:pid:random token")
+    started_at = models.DateTimeField(default=timezone.now)
+    beat_at = models.DateTimeField(help_text="The database's clock at the last beat.")
+
+    class Meta:
+        ordering = ("id",)
 
     def __str__(self) -> str:
         return self.name
@@ -271,6 +301,7 @@ __all__ = [
     "Attempt",
     "Delivery",
     "DeliveryState",
+    "Heartbeat",
     "Host",
     "Lane",
     "Message",

@@ -6,28 +6,32 @@ those that have spent every attempt; dispatches deliveries that are due and
 have no Celery message (parked retries, a broker that was down or flushed);
 re-runs large fan-outs whose expansion was lost; frees ordered deliveries
 left waiting; resolves payments of finished deliveries (``OUTBOX_PAYMENTS``);
-and prunes finished rows past the retention period (payment attempts once their
-delivery is pruned).  Every
-change of state is :mod:`django_outbox.store.transitions`'.
+sends the ``delivery_failed`` signals of give-ups whose process died before it
+could; and prunes finished rows past the retention period (payment attempts once
+their delivery is pruned, heartbeats of processes dead for an hour).  Every
+change of state is made in :mod:`django_outbox.store`.
+
+Beat runs it every ``OUTBOX_SWEEP_INTERVAL`` seconds.  What must not wait that
+long (dead workers, a lost broker, due rows without a message) the workers'
+:mod:`~django_outbox.recovery` pass does every heartbeat, beat or no beat.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
-
-from django.db.models import Exists, OuterRef
-from django.utils import timezone
 
 from django_outbox.conf import conf
-from django_outbox.dispatch import publish, start_expansion, take_undispatched
-from django_outbox.models import Message, PendingInboxes
-from django_outbox.operations import give_up
+from django_outbox.dispatch import publish, restart_expansions, take_undispatched
+from django_outbox.operations import give_up, resend_failed_signals, take_back
 from django_outbox.payments import ledger
 from django_outbox.payments.recovery import resolve_orphans
-from django_outbox.store import queries, transitions
+from django_outbox.store import heartbeats, queries, reclaim, transitions
 
 logger = logging.getLogger("django_outbox.sweeper")
+
+#: Seconds after a give-up before its ``delivery_failed`` counts as lost: the
+#: process that gave up sends it right after its commit.
+SIGNAL_GRACE = 10.0
 
 
 def fail_expired() -> int:
@@ -38,11 +42,7 @@ def fail_expired() -> int:
 
 def reclaim_lapsed() -> int:
     """Queue again, or fail, deliveries whose worker's lease ran out."""
-    spent = queries.lapsed_and_spent()
-    failed = give_up(spent, "the worker was lost during every attempt") if spent else 0
-    lanes = transitions.reclaim_lapsed()
-    publish(lanes)
-    return failed + sum(map(len, lanes.values()))
+    return take_back(reclaim.lapsed(), "the worker's lease lapsed before it reported back")
 
 
 def dispatch_due() -> int:
@@ -54,16 +54,7 @@ def dispatch_due() -> int:
 
 def expand_lost() -> int:
     """Run again the expansion of large fan-outs whose task was lost."""
-    cutoff = timezone.now() - timedelta(seconds=conf.REDISPATCH_AFTER)
-    pending = PendingInboxes.objects.filter(message=OuterRef("pk"))
-    stuck = list(
-        Message.objects.filter(Exists(pending), created_at__lt=cutoff).values_list("id", "lane")[
-            :100
-        ]
-    )
-    for message_id, lane in stuck:
-        start_expansion(message_id, lane)
-    return len(stuck)
+    return restart_expansions(conf.REDISPATCH_AFTER)
 
 
 def free_waiting() -> int:
@@ -88,8 +79,10 @@ def sweep() -> dict[str, int]:
         "expanded": expand_lost(),
         "freed": free_waiting(),
         "payments": resolve_payments(),
+        "signals": resend_failed_signals(SIGNAL_GRACE),
         "pruned": transitions.prune(),
         "pruned_payments": ledger.prune(conf.RETENTION_SECONDS),
+        "pruned_heartbeats": heartbeats.prune(),
     }
     if any(counts.values()):
         logger.info("sweep: %s", counts)

@@ -3,7 +3,9 @@
 ``deliver`` carries up to ``OUTBOX_CHUNK_SIZE`` delivery ids in its lane's
 queue; ``expand`` writes the rows of a large fan-out; ``sweep`` runs on beat
 (the package adds it to the schedule, every ``OUTBOX_SWEEP_INTERVAL``
-seconds).  :mod:`django_outbox.dispatch` publishes them by name.
+seconds).  :mod:`django_outbox.dispatch` publishes them by name.  Each pool
+process beats from the moment it starts (:mod:`django_outbox.worker.heartbeat`)
+until it stops.
 
 Two kinds of retry, each with its own tool.  A database that cannot be reached
 is retried by ``autoretry_for`` with an exponential backoff (2 s doubling to
@@ -20,13 +22,15 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import beat_init, worker_process_shutdown, worker_shutdown
+from celery.signals import beat_init, worker_process_init, worker_process_shutdown, worker_shutdown
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import DELIVER, EXPAND, SWEEP
 from django_outbox.fanout import expand as expand_message
+from django_outbox.models import Lane
 from django_outbox.sweeper import sweep as run_sweep
+from django_outbox.worker.heartbeat import start_heart, stop_heart
 from django_outbox.worker.process import run_deliveries, stop_this_process
 
 #: What ``autoretry_for`` retries: the database is away for a while.
@@ -44,6 +48,11 @@ class OutboxTask(Task):  # type: ignore[type-arg]
         """
         close_old_connections()
 
+    def on_retry(self, *args: Any, **kwargs: Any) -> None:
+        """Close the connection as :meth:`after_return` does, which Celery skips for a
+        retry: a connection a database restart broke would fail every retry after."""
+        close_old_connections()
+
 
 def _retried_task(name: str) -> Callable[[Callable[..., Any]], OutboxTask]:
     """The decorator of a task that ``autoretry_for`` retries while the database is away."""
@@ -52,6 +61,10 @@ def _retried_task(name: str) -> Callable[[Callable[..., Any]], OutboxTask]:
         bind=True,
         base=OutboxTask,
         acks_late=True,
+        # A pool process killed mid-task: its message goes back to the queue at
+        # once (else it is acknowledged and lost); the claim keeps what the dead
+        # process had claimed from being claimed again while it counts as alive.
+        reject_on_worker_lost=True,
         ignore_result=True,
         autoretry_for=DATABASE_OUTAGES,
         retry_backoff=2,
@@ -63,8 +76,14 @@ def _retried_task(name: str) -> Callable[[Callable[..., Any]], OutboxTask]:
 
 @_retried_task(DELIVER)
 def deliver(self: OutboxTask, ids: list[int]) -> None:
-    """Claim the deliveries ``ids`` that are due and send them."""
-    later = run_deliveries(ids)
+    """Claim the deliveries ``ids`` that are due and send them (the priority lane's
+    at once, the others as the engine has room)."""
+    if not self.request.is_eager:
+        # The threads pool starts no process (no worker_process_init): beat from here,
+        # before the first claim.  Elsewhere the heart is already beating.
+        start_heart()
+    lane = (self.request.delivery_info or {}).get("routing_key")
+    later = run_deliveries(ids, urgent=lane == Lane.PRIORITY)
     if later is not None:
         not_due, countdown = later
         raise self.retry(args=(not_due,), countdown=countdown)
@@ -97,7 +116,13 @@ def _schedule_sweep(sender: Any, **kwargs: Any) -> None:
         )
 
 
+@worker_process_init.connect
+def _start_heartbeat(**kwargs: Any) -> None:
+    start_heart()
+
+
 @worker_process_shutdown.connect
 @worker_shutdown.connect
 def _stop_engine(**kwargs: Any) -> None:
     stop_this_process(timeout=conf.STOP_TIMEOUT)
+    stop_heart()

@@ -79,7 +79,13 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": os.environ.get("OUTBOX_SQLITE", str(RUN_DIR / "demo.sqlite3")),
-            "OPTIONS": {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"},
+            # IMMEDIATE: a transaction takes the write lock when it begins, so that two
+            # workers that read then write wait in turn instead of failing at once.
+            "OPTIONS": {
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL;",
+                "transaction_mode": "IMMEDIATE",
+            },
             "TEST": {"NAME": str(RUN_DIR / "test.sqlite3")},
         }
     }

@@ -22,6 +22,9 @@ pytest_plugins = ["django_outbox.testing.pytest_plugin"]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Unit tests first: a worker process an integration test started may still run, and
+    # its recovery pass would publish and send the rows a unit test writes.
+    items.sort(key=lambda item: "integration" in item.path.parts)
     if not postgres():
         skip = pytest.mark.skip(reason="PostgreSQL only; this run is on SQLite")
         for item in items:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import secrets
 import socket
 from collections.abc import Iterable, Sequence
 from datetime import datetime
@@ -23,11 +24,25 @@ from django.db.models.expressions import RawSQL
 from django_outbox.models import Delivery, DeliveryState, Host, Message, Signing
 
 _counter = itertools.count()
+_owner: tuple[int, str] | None = None
+
+
+def owner_name() -> str:
+    """This process's name as a claim owner and in its heartbeat: ``host:pid:token``.
+
+    The random token keeps a restarted process that got the same pid from
+    passing for the one that died; a forked child gets a name of its own.
+    """
+    global _owner
+    pid = os.getpid()
+    if _owner is None or _owner[0] != pid:
+        _owner = (pid, f"{socket.gethostname()[:60]}:{pid}:{secrets.token_hex(6)}")
+    return _owner[1]
 
 
 def new_token() -> str:
-    """A claim token unique across hosts, processes and claims."""
-    return f"{socket.gethostname()[:60]}:{os.getpid()}:{next(_counter)}"
+    """A claim token unique across hosts, processes and claims: its owner's name, ``:n``."""
+    return f"{owner_name()}:{next(_counter)}"
 
 
 class ClaimedRow(NamedTuple):

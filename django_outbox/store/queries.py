@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, F, Min, OuterRef
+from django.db.models import Count, Exists, Min, OuterRef
 from django.utils import timezone
 
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
@@ -113,17 +113,6 @@ def expired() -> list[int]:
         Delivery.objects.filter(
             state__in=(DeliveryState.QUEUED, DeliveryState.WAITING),
             message__deadline__lte=timezone.now(),
-        ).values_list("id", flat=True)[:STEP]
-    )
-
-
-def lapsed_and_spent() -> list[int]:
-    """Deliveries whose lease lapsed after they spent every attempt (a step's worth)."""
-    return list(
-        Delivery.objects.filter(
-            state=DeliveryState.SENDING,
-            lease_until__lt=timezone.now(),
-            attempts__gte=F("message__max_attempts"),
         ).values_list("id", flat=True)[:STEP]
     )
 

@@ -1,11 +1,12 @@
-"""Every change of a delivery's state, in one place: nothing else writes ``Delivery.state``.
+"""Every change of a delivery's state but two: :mod:`~django_outbox.store.give_ups` fails
+live deliveries, :mod:`~django_outbox.store.reclaim` takes back those of lost workers.
 
 ::
 
                 send()                             send() behind a live delivery
       (none) ─────────────► queued ◄──────────────── waiting   with its ordering key
                            │  ▲    promote: the one before it finished
-                     claim │  │ release, retry, hold, lease lapsed
+                     claim │  │ release, retry, hold, owner dead, lease lapsed
                            ▼  │
                           sending ───► delivered │ refused │ skipped     (settled)
                            │
@@ -35,7 +36,7 @@ from django.utils import timezone
 from django_outbox.backoff import decide
 from django_outbox.conf import conf
 from django_outbox.hosts import record_failures, record_successes
-from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message, locked
+from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
 from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome, server_failed
 from django_outbox.safe_text import one_line
 from django_outbox.store.bulk_insert import bulk_insert
@@ -288,29 +289,6 @@ def save_outcomes(plan: OutcomePlan) -> None:
 # ------------------------------------------------------ by hand and by sweep ---
 
 
-def give_up(ids: Iterable[int], reason: str, *, deadline: bool = False) -> list[Delivery]:
-    """Fail the live deliveries among ``ids`` now; the rows failed, with their new state."""
-    now = timezone.now()
-    reason = stored_error(reason)
-    with transaction.atomic():
-        rows = list(
-            locked(Delivery.objects.filter(id__in=list(ids), state__in=LIVE_STATES))
-            .select_related("message")
-            .defer("message__body")
-        )
-        Delivery.objects.filter(id__in=[row.pk for row in rows], state__in=LIVE_STATES).update(
-            state=DeliveryState.FAILED,
-            last_error=reason,
-            deadline_reached=deadline,
-            finished_at=now,
-            **_UNCLAIMED,
-        )
-    for row in rows:
-        row.state, row.last_error, row.deadline_reached = DeliveryState.FAILED, reason, deadline
-        row.finished_at, row.claimed_by, row.lease_until = now, "", None
-    return rows
-
-
 def requeue(ids: Iterable[int]) -> tuple[Lanes, int]:
     """Queue the finished deliveries among ``ids`` again, with a fresh attempt budget.
 
@@ -334,36 +312,13 @@ def requeue(ids: Iterable[int]) -> tuple[Lanes, int]:
         ).exists()
     }
     fresh = {"attempts": 0, "next_attempt_at": now, "deadline_reached": False, "finished_at": None}
-    fresh |= _UNCLAIMED
+    fresh |= _UNCLAIMED | {"failed_signal_pending": False}
     final.filter(id__in=behind).update(state=DeliveryState.WAITING, dispatched_at=None, **fresh)
     queued = [(pk, lane) for pk, lane, *_ in rows if pk not in behind]
     final.filter(id__in=[pk for pk, _ in queued]).update(
         state=DeliveryState.QUEUED, dispatched_at=now, **fresh
     )
     return by_lane(queued), len(rows)
-
-
-def reclaim_lapsed() -> Lanes:
-    """Queue again the deliveries whose worker's lease ran out, with attempts left."""
-    now = timezone.now()
-    with transaction.atomic():
-        rows = list(
-            locked(
-                Delivery.objects.filter(
-                    state=DeliveryState.SENDING,
-                    lease_until__lt=now,
-                    attempts__lt=F("message__max_attempts"),
-                )
-            ).values_list("id", "lane")[:STEP]
-        )
-        Delivery.objects.filter(id__in=[pk for pk, _ in rows], state=DeliveryState.SENDING).update(
-            state=DeliveryState.QUEUED,
-            next_attempt_at=now,
-            dispatched_at=now,
-            last_error="the worker's lease lapsed before it reported back",
-            **_UNCLAIMED,
-        )
-    return by_lane(rows)
 
 
 def prune() -> int:

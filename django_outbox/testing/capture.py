@@ -119,6 +119,13 @@ class _TaskList:
         """Record one task message."""
         self.tasks.append(PublishedTask(name, args, queue, countdown))
 
+    def queue_sizes(self, queues: Sequence[str]) -> dict[str, int | None]:
+        """How many of the recorded messages went to each of ``queues``."""
+        return {queue: sum(1 for task in self.tasks if task.queue == queue) for queue in queues}
+
+    def declare(self, queues: Sequence[str]) -> None:
+        """Nothing to declare: the list takes messages for any queue."""
+
 
 class OutboxCapture:
     """The sends committed while :func:`captured_sends` is active, and tools to deliver them.

@@ -208,20 +208,22 @@ class Engine(Generic[J]):
     def room(self) -> int:
         """How many more jobs may be submitted within the backlog and parking caps."""
         with self._lock:
-            ready = self._waiting - self._parked
-            return max(0, min(self._backlog - ready, self._parked_cap - self._parked))
+            return self._room()
 
-    def wait_for_room(self, timeout: float) -> bool:
-        """Block until a job may be submitted within the caps, up to ``timeout``.
+    def _room(self) -> int:
+        ready = self._waiting - self._parked
+        return max(0, min(self._backlog - ready, self._parked_cap - self._parked))
 
-        True if there is room (or the engine is stopping: submitting then refuses at once).
+    def wait_for_room(self, timeout: float, at_least: int = 1) -> bool:
+        """Block until ``at_least`` jobs may be submitted within the caps, up to ``timeout``.
+
+        True if there is that much room (or the engine is stopping: submitting then
+        refuses at once).
         """
         with self._lock:
-            return self._room_made.wait_for(lambda: self._stopping or not self._full(), timeout)
-
-    def _full(self) -> bool:
-        ready = self._waiting - self._parked
-        return ready >= self._backlog or self._parked >= self._parked_cap
+            return self._room_made.wait_for(
+                lambda: self._stopping or self._room() >= at_least, timeout
+            )
 
     def submit(self, jobs: list[J]) -> list[J]:
         """Queue ``jobs``; returns those refused because the engine is stopping."""

@@ -55,6 +55,8 @@ _URGENT_POLL = 0.05
 #: send-by time still protects their leases), so that a Celery process is never
 #: held for long, not even by an engine that has stopped making progress.
 _ROOM_WAIT_LIMIT = 10.0
+#: More ids than any task carries.
+_NO_LIMIT = 1 << 30
 
 
 class WorkerProcess:
@@ -288,49 +290,57 @@ def _synchronization(message: MessageData, inbox: str) -> dict[str, str]:
     return {"Collection-Synchronization": value} if value else {}
 
 
-def run_deliveries(ids: Sequence[int], *, wait: bool = True) -> tuple[list[int], float] | None:
+def run_deliveries(
+    ids: Sequence[int], *, wait: bool = True, urgent: bool = False
+) -> tuple[list[int], float] | None:
     """Claim ``ids`` and start sending them.
 
-    With ``wait``, the caller waits while the engine's backlog is full (so a
-    worker claims no more than it can send before its leases run out), and
-    meanwhile takes priority-lane deliveries that are due straight from the
-    database: a Celery process blocked here cannot take the priority lane's
-    messages, which would otherwise wait for it.  Returns the ids that are
-    queued but not due yet with the seconds until the first is, for the task
-    to retry with, or ``None``.
+    With ``wait``, the caller claims only as many as the engine has room for,
+    and waits for room before claiming more, so that a process holds no claims
+    it is not about to send (what a killed process strands is what it was
+    sending, and what fits in its engine's lines); meanwhile it takes
+    priority-lane deliveries that are due straight from the database, since a
+    Celery process blocked here cannot take the priority lane's messages.
+    ``urgent`` ids (the priority lane's) are claimed at once.  Returns the ids
+    that are queued but not due yet with the seconds until the first is, for the
+    task to retry with, or ``None``.
     """
     process = this_process()
-    claimed = claim(ids, new_token())
-    later = None
-    if len(claimed) < len(ids):
-        taken = {row.id for row in claimed}
-        waiting, due = not_yet_due([i for i in ids if i not in taken], conf.COUNTDOWN_LIMIT)
-        if due is not None:
-            later = (waiting, max(0.0, (due - timezone.now()).total_seconds()))
-    if claimed:
-        _hand_over(process, process.jobs_for(claimed), wait=wait)
-    return later
-
-
-def _hand_over(process: WorkerProcess, jobs: list[Job], *, wait: bool) -> None:
-    """Submit ``jobs`` to the engine, taking urgent work while waiting for room."""
-    engine = process.engine
-    refused = engine.submit([job for job in jobs if job.row.lane == Lane.PRIORITY])
-    jobs = [job for job in jobs if job.row.lane != Lane.PRIORITY]
+    token = new_token()
+    pending = list(ids)
+    taken: set[int] = set()
+    refused: list[Job] = []
     give_up_waiting = time.monotonic() + _ROOM_WAIT_LIMIT
-    while jobs:
-        if wait and time.monotonic() > give_up_waiting:
-            logger.warning(
-                "no room in the engine for %ss; handing over %d more", _ROOM_WAIT_LIMIT, len(jobs)
-            )
-            wait = False
-        if wait and not engine.wait_for_room(_URGENT_POLL):
-            refused += engine.submit(_urgent_jobs(process))
-            continue
-        fits = max(1, engine.room() if wait else len(jobs))
-        refused += engine.submit(jobs[:fits])
-        jobs = jobs[fits:]
+    while pending:
+        room = (
+            _room(process, give_up_waiting, len(pending)) if wait and not urgent else len(pending)
+        )
+        claimed = claim(pending[:room], token)
+        pending = pending[room:]
+        taken.update(row.id for row in claimed)
+        if claimed:
+            refused += process.engine.submit(process.jobs_for(claimed))
     give_back([job.row for job in refused])
+    waiting, due = not_yet_due([i for i in ids if i not in taken], conf.COUNTDOWN_LIMIT)
+    if due is None:
+        return None
+    return waiting, max(0.0, (due - timezone.now()).total_seconds())
+
+
+def _room(process: WorkerProcess, give_up_waiting: float, left: int) -> int:
+    """How many of the ``left`` deliveries to claim next: once the engine has room
+    for a quarter of its concurrency (or for all that is left), that room, so that
+    a busy engine is not fed one claim per delivery; after ``give_up_waiting``
+    (monotonic), everything left.  Urgent work found while waiting is claimed and
+    started meanwhile."""
+    engine = process.engine
+    want = min(left, max(1, conf.CONCURRENCY // 4))
+    while not engine.wait_for_room(_URGENT_POLL, want):
+        if time.monotonic() > give_up_waiting:
+            logger.warning("no room in the engine for %ss; claiming the rest", _ROOM_WAIT_LIMIT)
+            return _NO_LIMIT
+        give_back([job.row for job in engine.submit(_urgent_jobs(process))])
+    return max(want, engine.room())
 
 
 def _urgent_jobs(process: WorkerProcess) -> list[Job]:

@@ -99,7 +99,7 @@ def make_worker(workers: WorkerFactory) -> Iterator[Callable[..., Worker]]:
 def chaos_broker(django_db_setup: None) -> Iterator[Any]:
     """A private broker of the session's kind that the chaos tests may flush, stop and
     restart: a ``redis-server``, or a RabbitMQ node when the tests run on RabbitMQ."""
-    from tests.support.chaos import RedisServer
+    from tests.support.chaos_servers import RedisServer
     from tests.support.rabbitmq import RabbitServer
 
     kind = RabbitServer if rabbitmq() else RedisServer
@@ -109,18 +109,21 @@ def chaos_broker(django_db_setup: None) -> Iterator[Any]:
 
 
 @pytest.fixture
-def chaos_workers(chaos_broker: Any) -> Iterator[Any]:
-    """Chaos workers on the private broker, which this process publishes to meanwhile."""
-    from django.test import override_settings
+def chaos_workers(chaos_broker: Any, workers: WorkerFactory) -> Iterator[Any]:
+    """Chaos workers on the private broker, which this process publishes to meanwhile.
 
+    The shared worker is stopped first: its recovery pass would publish the test's
+    rows to the session's broker and send them itself."""
     from django_outbox.models import Lane
-    from tests.support.chaos import IN_PROCESS_SETTINGS, Workers, publishing_to
+    from tests.support.chaos import Workers
+    from tests.support.chaos_servers import publishing_to
 
+    workers.stop_shared()
     if not chaos_broker.running():
         chaos_broker.start()
     chaos_broker.clear(Lane.values)
     workers = Workers(chaos_broker.url)
-    with override_settings(**IN_PROCESS_SETTINGS), publishing_to(chaos_broker.url):
+    with publishing_to(chaos_broker.url):
         try:
             yield workers
         finally:

@@ -27,6 +27,9 @@ from tests.support.chaos import Workers, wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
 NOTE_ID = "https://demo.example/notes/ordered"
+#: Retries within a second (chaos workers keep the default 30 s): the order is tested
+#: here, not the backoff.
+QUICK_RETRIES = {"OUTBOX_RETRY_BASE": 0.2, "OUTBOX_RETRY_CAP": 1.0}
 KEY = NOTE_ID
 CREATE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "c1"}
 DELETE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Delete", "id": "d1"}
@@ -55,7 +58,7 @@ def test_a_delete_waits_for_its_create_only_at_the_inbox_that_is_retrying(
 ) -> None:
     """The Create to /flaky fails three times before it is accepted; the Delete queued
     after it arrives after that, at once; the other inboxes get both straight away."""
-    chaos_workers.start(1)
+    chaos_workers.start(1, extra=QUICK_RETRIES)
     inbox_server.behave("/flaky", Behaviour(statuses=(500, 500, 500, 202)))
     paths = ("/flaky", "/a", "/b", "/c")
     inboxes = [inbox_server.url(p) for p in paths]
@@ -63,10 +66,10 @@ def test_a_delete_waits_for_its_create_only_at_the_inbox_that_is_retrying(
     outbox.send(ACTOR, CREATE, inboxes, batch=Batch(ordering_key=KEY))
     outbox.send(ACTOR, DELETE, inboxes, batch=Batch(ordering_key=KEY))
     others = paths[1:]
-    wait_until(lambda: all(len(inbox_server.requests(p)) == 2 for p in others), 15, sweeping=False)
+    wait_until(lambda: all(len(inbox_server.requests(p)) == 2 for p in others), 15)
     # The other inboxes are done while the flaky one's Delete still waits its turn.
     assert row(DELETE, inboxes[0]).state == DeliveryState.WAITING
-    wait_until(none_live, 30, sweeping=False)
+    wait_until(none_live, 30)
 
     flaky = inbox_server.requests("/flaky")
     assert kinds(flaky) == [("Create", 500)] * 3 + [("Create", 202), ("Delete", 202)]
@@ -87,15 +90,15 @@ def test_a_create_given_up_at_its_deadline_lets_the_delete_go(
 ) -> None:
     """The Create's batch deadline passes while its inbox answers 503: it is given up
     and the Delete behind it goes at once."""
-    chaos_workers.start(1)
+    chaos_workers.start(1, extra=QUICK_RETRIES)
     inbox_server.behave("/down", Behaviour(statuses=(503,)))
     down, up = inbox_server.url("/down"), inbox_server.url("/up")
     deadline = timezone.now() + timedelta(seconds=2.5)
     outbox.send(ACTOR, CREATE, [down, up], batch=Batch(ordering_key=KEY, deadline=deadline))
     outbox.send(ACTOR, DELETE, [down, up], batch=Batch(ordering_key=KEY))
-    wait_until(lambda: row(CREATE, down).state == DeliveryState.FAILED, 15, sweeping=False)
+    wait_until(lambda: row(CREATE, down).state == DeliveryState.FAILED, 15)
     inbox_server.behave("/down", Behaviour())
-    wait_until(none_live, 15, sweeping=False)
+    wait_until(none_live, 15)
 
     create = row(CREATE, down)
     assert create.deadline_reached
@@ -114,6 +117,7 @@ def test_a_create_held_by_an_open_breaker_keeps_the_delete_waiting(
     """A 503 opens the host's breaker (threshold 1): the Create's retry is held, not
     sent, and the Delete waits through the hold; an inbox on another host is not held."""
     extra = {
+        **QUICK_RETRIES,
         "OUTBOX_BREAKER_THRESHOLD": 1,
         "OUTBOX_BREAKER_COOL_OFF": 3,
         "DEMO_LOG_SIGNALS": True,
@@ -124,7 +128,7 @@ def test_a_create_held_by_an_open_breaker_keeps_the_delete_waiting(
         held, free = inbox_server.url(), other.url()
         outbox.send(ACTOR, CREATE, [held, free], batch=Batch(ordering_key=KEY))
         outbox.send(ACTOR, DELETE, [held, free], batch=Batch(ordering_key=KEY))
-        wait_until(none_live, 30, sweeping=False)
+        wait_until(none_live, 30)
         assert kinds(other.requests()) == [("Create", 202), ("Delete", 202)]
     assert kinds(inbox_server.requests()) == [("Create", 503), ("Create", 202), ("Delete", 202)]
     create = row(CREATE, held)
@@ -138,7 +142,7 @@ def test_a_requeued_delete_waits_again_behind_its_live_create(
 ) -> None:
     """The admin gives up the waiting Delete, then requeues it while the Create is still
     being retried: it waits again, and goes once the Create is accepted."""
-    chaos_workers.start(1)
+    chaos_workers.start(1, extra=QUICK_RETRIES)
     inbox_server.behave("/inbox", Behaviour(statuses=(500, 500, 202)))
     inbox = inbox_server.url()
     outbox.send(ACTOR, CREATE, [inbox], batch=Batch(ordering_key=KEY))
@@ -147,7 +151,7 @@ def test_a_requeued_delete_waits_again_behind_its_live_create(
     assert outbox.give_up(delete, "by hand") == 1
     assert outbox.requeue(delete) == 1
     assert delete.get().state == DeliveryState.WAITING
-    wait_until(none_live, 30, sweeping=False)
+    wait_until(none_live, 30)
     assert kinds(inbox_server.requests()) == [
         ("Create", 500),
         ("Create", 500),
@@ -162,18 +166,18 @@ def test_a_delete_committed_as_its_create_settles_is_not_left_waiting(
 ) -> None:
     """The view's transaction writes the Delete as waiting (the Create is in flight) and
     commits only after the Create settled: the Delete must still go at once."""
-    chaos_workers.start(1)
+    chaos_workers.start(1, extra=QUICK_RETRIES)
     inbox_server.behave("/inbox", Behaviour(delay=1.0))
     inbox = inbox_server.url()
     outbox.send(ACTOR, CREATE, [inbox], batch=Batch(ordering_key=KEY))
-    wait_until(lambda: inbox_server.requests(), 15, sweeping=False)
+    wait_until(lambda: inbox_server.requests(), 15)
     with transaction.atomic():
         outbox.send(ACTOR, DELETE, [inbox], batch=Batch(ordering_key=KEY))
         assert row(DELETE, inbox).state == DeliveryState.WAITING
         # Read committed: the worker's save of the Create is visible in here.
-        wait_until(lambda: row(CREATE, inbox).state == DeliveryState.DELIVERED, 15, sweeping=False)
+        wait_until(lambda: row(CREATE, inbox).state == DeliveryState.DELIVERED, 15)
         time.sleep(0.5)  # and the worker's look for a successor has passed
-    wait_until(none_live, 10, sweeping=False)
+    wait_until(none_live, 10)
     assert kinds(inbox_server.requests()) == [("Create", 202), ("Delete", 202)]
 
 

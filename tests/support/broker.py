@@ -9,11 +9,11 @@ refuses every publish, as a broker that is down would.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_outbox.dispatch import DELIVER, EXPAND
+from django_outbox.dispatch import DELIVER, EXPAND, SendTask
 
 
 @dataclass(frozen=True)
@@ -80,3 +80,48 @@ class RecordingApp:
     def clear(self) -> None:
         """Forget what was recorded."""
         self.sent.clear()
+
+
+class MemoryBroker:
+    """A :class:`~django_outbox.dispatch.Publisher` whose queues are lists in memory,
+    which a test can flush (everything gone, as after Redis's ``FLUSHALL``) or purge."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, list[Published]] = {}
+        self.declared: list[str] = []
+
+    @contextlib.contextmanager
+    def connect(self) -> Iterator[SendTask]:
+        """Each message is appended to its queue."""
+
+        def send(name: str, args: tuple[Any, ...], queue: str, countdown: float | None) -> None:
+            self.queues.setdefault(queue, []).append(Published(name, args, queue, countdown))
+
+        yield send
+
+    def queue_sizes(self, queues: Sequence[str]) -> dict[str, int | None]:
+        """Messages in each queue; ``None`` for a queue never published to."""
+        return {
+            queue: len(self.queues[queue]) if queue in self.queues else None for queue in queues
+        }
+
+    def declare(self, queues: Sequence[str]) -> None:
+        """Note the declaration."""
+        self.declared.extend(queues)
+
+    def flush(self) -> None:
+        """Lose every queue and message."""
+        self.queues.clear()
+
+    def take(self, queue: str) -> list[Published]:
+        """Remove and return the messages of ``queue``, as consumers would."""
+        return self.queues.pop(queue, [])
+
+    def ids(self, queue: str) -> set[int]:
+        """The delivery ids of the ``deliver`` messages waiting in ``queue``."""
+        return {
+            pk
+            for message in self.queues.get(queue, [])
+            if message.name == DELIVER
+            for pk in message.args[0]
+        }

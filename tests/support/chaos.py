@@ -1,10 +1,12 @@
-"""Helpers for the chaos tests: a private broker, worker pools, farms that count requests.
+"""Helpers for the chaos tests: worker pools, farms that count requests, waiting.
 
-The chaos tests run their own ``celery worker`` processes against a private
-``redis-server`` (so that they can flush it, stop it and kill workers without
-touching the session's worker or anybody else's queues), on the test
-database, and deliver to loopback :class:`~testproject.inbox_servers.ServerFarm`
-hosts that record every request.  Duplicates are counted from those records.
+The chaos tests run their own ``celery worker`` processes against a private broker
+(tests/support/chaos_servers.py, or tests/support/rabbitmq.py), so that they can
+flush it, stop it and kill workers without touching the session's worker or
+anybody else's queues, on the test database, and deliver to loopback
+:class:`~testproject.inbox_servers.ServerFarm` hosts that record every request.
+Duplicates are counted from those records.  No beat runs and no test sweeps:
+every recovery is the workers' own.
 """
 
 from __future__ import annotations
@@ -13,12 +15,11 @@ import contextlib
 import functools
 import operator
 import os
-import shutil
 import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,42 +29,19 @@ from django.db import InterfaceError, OperationalError, connection
 from django.db.models import Q
 
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
-from django_outbox.sweeper import sweep
 from testproject.inbox_servers import Behaviour, ServerFarm
-from tests.support.network import free_port
 from tests.support.workers import Worker
 
-#: Settings of the chaos workers (merged over ``WORKER_SETTINGS``): short leases so that
-#: a killed worker's deliveries are reclaimed within seconds, retries within a second, no
-#: signal log (fewer writes).  A worker starts a claimed delivery only in the first half
-#: of such a short lease (worker.run_deliveries), and a loopback answer takes milliseconds,
-#: so a live worker never outlasts its lease; the total timeout is long enough that no
-#: answer times out under load (a timeout after the inbox got the request would be a
-#: duplicate that no fault caused).
-TOTAL_TIMEOUT = 3
-LEASE = 8
+#: Settings of the chaos workers (merged over ``WORKER_SETTINGS``): the package's
+#: defaults (lease, redispatch, retries, timeouts, heartbeats), without the signal
+#: log (fewer writes).
 CHAOS_SETTINGS: dict[str, Any] = {
-    "OUTBOX_LEASE_SECONDS": LEASE,
-    "OUTBOX_TOTAL_TIMEOUT": TOTAL_TIMEOUT,
-    "OUTBOX_CONNECT_TIMEOUT": TOTAL_TIMEOUT,
-    "OUTBOX_REDISPATCH_AFTER": 3,
-    "OUTBOX_RETRY_BASE": 0.2,
-    "OUTBOX_RETRY_CAP": 1.0,
-    "OUTBOX_CONCURRENCY": 32,
-    "OUTBOX_PER_HOST": 4,
-    "OUTBOX_STOP_TIMEOUT": 3,
+    "OUTBOX_LEASE_SECONDS": 300,
+    "OUTBOX_TOTAL_TIMEOUT": 30,
+    "OUTBOX_RETRY_BASE": 30,
+    "OUTBOX_RETRY_CAP": 8 * 3600,
+    "OUTBOX_STOP_TIMEOUT": 10,
     "DEMO_LOG_SIGNALS": False,
-}
-
-#: The same, for the sweeper and ``send`` in the test process (``override_settings``).
-IN_PROCESS_SETTINGS: dict[str, Any] = {
-    key: CHAOS_SETTINGS[key]
-    for key in (
-        "OUTBOX_LEASE_SECONDS",
-        "OUTBOX_REDISPATCH_AFTER",
-        "OUTBOX_RETRY_BASE",
-        "OUTBOX_RETRY_CAP",
-    )
 }
 
 NOTE = {
@@ -160,48 +138,32 @@ def states() -> Counter[str]:
     return Counter(Delivery.objects.values_list("state", flat=True))
 
 
-def wait_until(
-    predicate: Callable[[], Any], timeout: float, every: float = 0.05, sweeping: bool = True
-) -> Any:
-    """Poll ``predicate`` (database errors count as false) until true, or fail; meanwhile
-    run the sweeper once a second, as beat would, unless ``sweeping`` is false."""
+def wait_until(predicate: Callable[[], Any], timeout: float, every: float = 0.05) -> Any:
+    """Poll ``predicate`` (database errors count as false) until true, or fail."""
     deadline = time.monotonic() + timeout
-    next_sweep = time.monotonic() + 1.0
     while True:
         value = db_safe(predicate)
         if value:
             return value
-        now = time.monotonic()
-        if now > deadline:
-            raise AssertionError(f"timed out after {timeout}s; deliveries: {db_safe(states)}")
-        if sweeping and now >= next_sweep:
-            db_safe(sweep)
-            next_sweep = now + 1.0
-        time.sleep(every)
-
-
-def drive(expected: int, timeout: float, every: float = 1.0) -> int:
-    """Run the sweeper every ``every`` seconds until ``expected`` rows exist and none is
-    live; returns the number of sweeps.  Tolerates the database being away."""
-    deadline = time.monotonic() + timeout
-    sweeps = 0
-    while True:
-        done = db_safe(
-            lambda: (
-                Delivery.objects.count() >= expected
-                and not Delivery.objects.filter(state__in=LIVE_STATES).exists()
-            ),
-            False,
-        )
-        if done:
-            return sweeps
         if time.monotonic() > deadline:
-            raise AssertionError(
-                f"not settled after {timeout}s ({sweeps} sweeps); deliveries: {db_safe(states)}"
-            )
-        db_safe(sweep)
-        sweeps += 1
+            raise AssertionError(f"timed out after {timeout}s; deliveries: {db_safe(states)}")
         time.sleep(every)
+
+
+def settled(expected: int) -> bool:
+    """Whether ``expected`` deliveries exist and none is live."""
+    return (
+        Delivery.objects.count() >= expected
+        and not Delivery.objects.filter(state__in=LIVE_STATES).exists()
+    )
+
+
+def drive(expected: int, timeout: float) -> float:
+    """Wait until ``expected`` deliveries exist and none is live, with nothing but the
+    workers to move them (no sweep, no beat); returns the seconds it took."""
+    started = time.monotonic()
+    wait_until(lambda: settled(expected), timeout, every=0.25)
+    return round(time.monotonic() - started, 1)
 
 
 # ---------------------------------------------------------------------- farm ---
@@ -306,151 +268,6 @@ def pool_pids(workers: Iterable[Worker]) -> list[int]:
 def busiest(pids: Sequence[int]) -> int:
     """The one of ``pids`` holding the most deliveries in ``sending`` (first if none)."""
     return max(pids, key=lambda pid: (in_flight([pid]), -pids.index(pid)))
-
-
-# -------------------------------------------------------------------- broker ---
-class RedisServer:
-    """A private ``redis-server`` (no persistence) that tests may flush, stop and restart."""
-
-    def __init__(self, directory: Path) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise RuntimeError("redis-server is not installed")
-        self.binary = binary
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def client(self) -> Any:
-        import redis
-
-        return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
-
-    def start(self) -> RedisServer:
-        log = (self.directory / "redis.log").open("ab")
-        self.process = subprocess.Popen(
-            [
-                self.binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(self.directory),
-                "--maxclients",
-                "1000",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(Exception):
-                if self.client().ping():
-                    return self
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not start on port {self.port}")
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        """Stop the server (SIGTERM; nothing is saved)."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self.process = None
-
-    # The same faults on either broker (tests/support/rabbitmq.py has RabbitMQ's).
-    def running(self) -> bool:
-        """Whether the server runs."""
-        return self.process is not None and self.process.poll() is None
-
-    def flush(self) -> None:
-        """``FLUSHALL``: every message, queued, unacknowledged or waiting, is gone."""
-        self.client().flushall()
-
-    def clear(self, queues: Iterable[str]) -> None:
-        """Empty the broker between tests (``FLUSHALL``)."""
-        self.flush()
-
-    def queued(self, queues: Iterable[str]) -> int:
-        """Messages waiting in ``queues`` (not those a worker took)."""
-        client = self.client()
-        return sum(int(client.llen(queue)) for queue in queues)
-
-    def close(self) -> None:
-        """Stop the server at the end of the session."""
-        self.stop()
-
-
-@contextlib.contextmanager
-def publishing_to(url: str) -> Iterator[None]:
-    """Make this process's Celery app publish to the broker at ``url`` meanwhile."""
-    from django_outbox.tasks import deliver
-
-    app = deliver.app
-    amqp = app.amqp
-    saved = (app.conf.get("broker_write_url"), app._pool, amqp._producer_pool)
-    app.conf["broker_write_url"] = url
-    app._pool = None
-    amqp._producer_pool = None
-    try:
-        yield
-    finally:
-        # kombu keeps one pool per broker URL for the whole process: leave it open.
-        app.conf["broker_write_url"], app._pool, amqp._producer_pool = saved
-
-
-# ---------------------------------------------------------------- postgresql ---
-def pg_ctl() -> str | None:
-    """The newest ``pg_ctl`` binary on this machine."""
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"), key=lambda p: int(p.parts[-3]))
-    return str(found[-1]) if found else shutil.which("pg_ctl")
-
-
-def restart_postgres() -> float:
-    """Restart the test database's server (``pg_ctl restart -m fast``); returns seconds taken.
-
-    The data directory is asked of the server itself; the server runs as
-    ``postgres`` when we are root (as ``scripts/services`` starts it).
-    """
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW data_directory")
-        data = cursor.fetchone()[0]
-    connection.close()
-    binary = pg_ctl()
-    assert binary, "pg_ctl not found"
-    log = Path(data).parent / "pg.log"  # scripts/services keeps its log beside the data
-    command = [binary, "-D", data, "-m", "fast", "-w", "-t", "60", "restart"]
-    if log.exists():
-        command[1:1] = ["-l", str(log)]
-    if os.geteuid() == 0:
-        command = ["runuser", "-u", "postgres", "--", *command]
-    started = time.monotonic()
-    subprocess.run(
-        command,
-        cwd="/",
-        check=True,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        timeout=90,
-    )
-    return time.monotonic() - started
 
 
 def report(name: str, **counts: Any) -> None:

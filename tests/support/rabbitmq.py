@@ -1,6 +1,6 @@
 """A private RabbitMQ node that the chaos tests may stop, flush and purge.
 
-The counterpart of :class:`tests.support.chaos.RedisServer` when the tests run on
+The counterpart of :class:`tests.support.chaos_servers.RedisServer` when the tests run on
 RabbitMQ (``OUTBOX_BROKER_URL=amqp://...``, the ``pytest-rabbitmq`` step of
 ``scripts/test``).  ``scripts/services`` starts the node in a folder of its own (so
 its own node name, ports and data), the management commands go through
@@ -110,6 +110,10 @@ class RabbitServer:
         url = self._services("start", "rabbitmq").strip().rsplit("RABBITMQ_URL=", 1)[1]
         assert url == self.url, f"the node came back at {url}, not {self.url}"
         self.start()
+
+    def restart_empty(self) -> None:
+        """The node restarted without its data: what :meth:`flush` does here."""
+        self.flush()
 
     def _on_each(self, queues: Iterable[str], action: Callable[[Any, str], int]) -> int:
         """The sum of ``action(channel, queue)`` over the queues that exist."""

@@ -11,7 +11,14 @@ from django_outbox.checks import check_settings
 
 REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
 LOCAL_CACHE = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
-SQLITE = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+SQLITE = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": ":memory:",
+        "OPTIONS": {"transaction_mode": "IMMEDIATE"},
+    }
+}
+DEFERRED_SQLITE = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
 POSTGRES = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "outbox"}}
 
 
@@ -68,6 +75,10 @@ def test_the_test_project_is_clean() -> None:
         ({"OUTBOX_LEASE_SECONDS": 30, "OUTBOX_TOTAL_TIMEOUT": 30}, ["W003"]),
         ({"OUTBOX_LEASE_SECONDS": 70, "OUTBOX_TOTAL_TIMEOUT": 30}, []),
         ({"OUTBOX_MAX_THREADS": 256}, ["W004"]),
+        ({"OUTBOX_HEARTBEAT_INTERVAL": 0}, ["E006"]),
+        ({"OUTBOX_HEARTBEAT_TIMEOUT": -1}, ["E006", "E016"]),
+        ({"OUTBOX_HEARTBEAT_INTERVAL": 6, "OUTBOX_HEARTBEAT_TIMEOUT": 15}, ["E016"]),
+        ({"OUTBOX_HEARTBEAT_INTERVAL": 5, "OUTBOX_HEARTBEAT_TIMEOUT": 15}, []),
         (
             {
                 "OUTBOX_KEY_RESOLVER": None,
@@ -122,3 +133,11 @@ def test_production_warnings(settings: dict[str, Any], expected: list[str]) -> N
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_with_debug_on_neither_production_warning_is_given() -> None:
     assert ids(DEBUG=True, DATABASES=SQLITE, OUTBOX_BREAKER_CACHE=None) == []
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+@pytest.mark.parametrize("debug", [True, False], ids=["debug", "production"])
+def test_sqlite_without_immediate_transactions_is_warned_of(debug: bool) -> None:
+    found = ids(DEBUG=debug, DATABASES=DEFERRED_SQLITE, OUTBOX_BREAKER_CACHE="default")
+    assert "django_outbox.W005" in found
+    assert "django_outbox.W005" not in ids(DEBUG=debug, DATABASES=SQLITE)

@@ -141,7 +141,7 @@ def test_a_database_outage_is_retried_with_a_doubling_backoff(
 
 
 def test_only_database_outages_are_retried_by_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(ids: list[int]) -> None:
+    def broken(ids: list[int], urgent: bool) -> None:
         raise ValueError("a bug, not an outage")
 
     monkeypatch.setattr("django_outbox.tasks.run_deliveries", broken)

@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 from django_outbox import sweeper
-from django_outbox.models import Delivery, DeliveryState, Lane, Message
+from django_outbox.models import Delivery, DeliveryState, Heartbeat, Lane, Message
 from django_outbox.signals import delivery_failed
 from django_outbox.store.transitions import prune
 from tests.support.broker import RecordingApp
@@ -268,6 +268,9 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
     delivery(message(ordering_key="note-4"), DELIVERED, inbox=inbox, finished_at=ago(5))
     stranded = delivery(message(ordering_key="note-4"), WAITING, inbox=inbox)
     old = delivery(message(created_at=ago(2 * LONG_AGO)), DELIVERED, finished_at=ago(2 * LONG_AGO))
+    delivery(message(), FAILED, finished_at=ago(60), failed_signal_pending=True)
+    Heartbeat.objects.create(name="gone:1:0", beat_at=ago(2 * LONG_AGO))
+    Heartbeat.objects.create(name="alive:1:0", beat_at=ago(1))
 
     with caplog.at_level(logging.INFO, logger="django_outbox.sweeper"):
         counts = sweeper.sweep()
@@ -279,10 +282,13 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
         "expanded": 1,
         "freed": 1,
         "payments": 0,
+        "signals": 1,
         "pruned": 1,
         "pruned_payments": 0,
+        "pruned_heartbeats": 1,
     }
     assert "sweep: " in caplog.text
     assert states(expired, lapsed, parked, stranded) == [FAILED, QUEUED, QUEUED, QUEUED]
     assert not Delivery.objects.filter(pk=old.pk).exists()
+    assert list(Heartbeat.objects.values_list("name", flat=True)) == ["alive:1:0"]
     assert published(broker) == {Lane.DEFAULT: {lapsed.pk, parked.pk, stranded.pk}}

@@ -78,7 +78,13 @@ def start(chaos_workers: Workers, lightning: Lightning) -> Iterator[Start]:
 
         def starting(count: int = 1, **payments: Any) -> list[Any]:
             settings = lightning.settings(**payments)
-            extra = {"OUTBOX_PAYMENTS": settings, "DEMO_LOG_SIGNALS": True}
+            # Retries within a second: what is tested is paying once, not the backoff.
+            extra = {
+                "OUTBOX_PAYMENTS": settings,
+                "DEMO_LOG_SIGNALS": True,
+                "OUTBOX_RETRY_BASE": 0.2,
+                "OUTBOX_RETRY_CAP": 1.0,
+            }
             stack.enter_context(override_settings(OUTBOX_PAYMENTS=settings))
             return chaos_workers.start(count, extra, concurrency=1)
 

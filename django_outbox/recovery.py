@@ -1,0 +1,120 @@
+"""The recovery pass: what a worker process does every heartbeat while it leads.
+
+One live worker process, the leader (:mod:`django_outbox.worker.heartbeat`),
+runs :func:`recover` every ``OUTBOX_HEARTBEAT_INTERVAL`` seconds, so that a
+fault costs seconds with the default settings, and beat being down costs
+nothing but the sweeper's housekeeping:
+
+- deliveries claimed by a process whose heartbeat stopped are taken back
+  (:func:`reclaim_dead`);
+- a broker that lost its messages is noticed (:func:`check_broker`): by the
+  canary message gone from its queue (Redis flushed or restarted empty, a
+  RabbitMQ node reset), then every queued delivery is published again and the
+  queues are declared again; or by a lane whose queue is empty while the
+  database has deliveries published to it, due and unclaimed for
+  ``OUTBOX_HEARTBEAT_TIMEOUT`` (a purged queue, messages a killed worker had
+  taken, an expansion the broker refused), then those are published again;
+- due deliveries without a message (parked retries, a broker that was down)
+  are published, as the sweeper does;
+- ``delivery_failed`` signals a dying process never sent are sent.
+
+Every step is conditional (a row moved meanwhile is left alone) and a message
+published twice finds its rows claimed, so two processes that both believe
+they lead for a moment do no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django_outbox.conf import conf
+from django_outbox.dispatch import (
+    canary_present,
+    forget_all_dispatches,
+    lane_sizes,
+    publish,
+    restart_expansions,
+    restore_canary,
+    take_undispatched,
+)
+from django_outbox.models import Lane
+from django_outbox.operations import resend_failed_signals, take_back
+from django_outbox.store import reclaim
+from django_outbox.store.queries import STEP
+from django_outbox.sweeper import SIGNAL_GRACE, dispatch_due
+
+logger = logging.getLogger("django_outbox.recovery")
+
+#: Steps of ``STEP`` deliveries one pass publishes at most (100,000).
+_DRAIN_STEPS = 20
+
+
+def reclaim_dead() -> int:
+    """Queue again, or fail, deliveries claimed by processes that stopped beating."""
+    abandoned = reclaim.orphaned(conf.HEARTBEAT_TIMEOUT)
+    return take_back(abandoned, "its worker stopped beating before it reported back")
+
+
+def check_broker() -> int:
+    """Publish again what the broker lost; how many deliveries (and expansions)."""
+    lanes = Lane.values
+    if not canary_present():
+        # The canary first: a loss after this point is seen by the next pass.
+        restore_canary(lanes)
+        found = forget_all_dispatches() + restart_expansions(0.0)
+        # No canary and nothing queued: most likely a broker this package never used.
+        log = logger.warning if found else logger.info
+        log("the canary is gone, the broker lost its messages: publishing %d again", found)
+        return found
+    empty = [lane for lane, size in lane_sizes(lanes).items() if not size]
+    if not empty:
+        return 0
+    lost = take_undispatched(conf.HEARTBEAT_TIMEOUT, empty)
+    publish(lost)
+    found = sum(map(len, lost.values())) + restart_expansions(conf.HEARTBEAT_TIMEOUT, empty)
+    if found:
+        logger.warning("published %d deliveries (or expansions) again: lost messages", found)
+    return found
+
+
+def dispatch_all_due() -> int:
+    """Publish due deliveries without a message, a step at a time until none is left
+    (a broker that lost everything leaves every queued delivery so), at most
+    :data:`_DRAIN_STEPS` steps."""
+    total = 0
+    for _ in range(_DRAIN_STEPS):
+        found = dispatch_due()
+        total += found
+        if found < STEP:
+            break
+    return total
+
+
+def _resend_signals() -> int:
+    return resend_failed_signals(SIGNAL_GRACE)
+
+
+def recover(*, judge_owners: bool) -> dict[str, int]:
+    """One pass; ``judge_owners`` says whether to take back dead processes' claims
+    (only a process that has itself beaten steadily for a while may judge others).
+
+    A step that fails (the broker or the database away) is logged and the next
+    one runs.  Returns how many rows each step touched.
+    """
+    steps: dict[str, Callable[[], int]] = {"broker": check_broker, "dispatched": dispatch_all_due}
+    if judge_owners:
+        steps = {"reclaimed": reclaim_dead, **steps}
+    steps["signals"] = _resend_signals
+    counts: dict[str, int] = {}
+    for name, step in steps.items():
+        try:
+            counts[name] = step()
+        except Exception as error:
+            # One line each pass while the broker or the database is away.
+            logger.warning("recovery step %r failed: %r", name, error)
+            logger.debug("recovery step %r failed", name, exc_info=True)
+            counts[name] = 0
+    if any(counts.values()):
+        logger.info("recovery: %s", counts)
+    return counts
