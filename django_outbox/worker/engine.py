@@ -46,6 +46,8 @@ T = TypeVar("T")
 SLOW_AFTER = 2.0
 #: Seconds between counts of slow jobs.
 _WATCH_EVERY = 0.25
+#: Jobs parked behind slow hosts may fill this many parking caps before claims stop.
+_STUCK_PARKED = 4
 #: Seconds a stopping engine waits for cancelled jobs to end.
 _CANCEL_WAIT = 1.0
 
@@ -64,9 +66,12 @@ class Engine(Generic[J]):
     most ``backlog`` jobs (one per unit of concurrency unless given) ready to start
     and ``parked`` (four per unit) waiting in the lines of hosts at their cap, which
     keeps a worker from claiming more than it can send before the leases of what it
-    claimed run out.  Urgent jobs, and jobs running for more than ``slow_after``
-    seconds, do not count against ``concurrency``; at most ``max_in_flight`` run in
-    all.  All methods but the work itself may be called from any thread.
+    claimed run out; jobs parked behind a host whose running jobs are all slow (a
+    silent server) stop counting, up to four such caps, so that silent servers do not
+    stop the claims for every other host until their requests time out.  Urgent
+    jobs, and jobs running for more than ``slow_after`` seconds, do not count against
+    ``concurrency``; at most ``max_in_flight`` run in all.  All methods but the work
+    itself may be called from any thread.
     """
 
     def __init__(
@@ -102,6 +107,7 @@ class Engine(Generic[J]):
         self._parked = 0
         self._active: dict[int, tuple[J, float, asyncio.Task[None]]] = {}
         self._slow = 0  # running for more than slow_after, urgent ones aside
+        self._stuck = 0  # parked behind hosts whose running jobs are all slow
         self._urgent_running = 0
         self._stopping = False
         # Per loop, by urgency (index 0: the urgent loop): a pump is on its way.
@@ -199,9 +205,22 @@ class Engine(Generic[J]):
             grew, self._slow = slow > self._slow, slow
             if grew:
                 self._wake(but=1)
+            stuck, self._stuck = self._stuck, self._parked_behind_slow(since)
+            if self._stuck > stuck:
+                self._room_made.notify_all()
         if grew:
             self._pump(1)
         self._loops[1].call_later(_WATCH_EVERY, self._watch)
+
+    def _parked_behind_slow(self, since: float) -> int:
+        """Jobs parked behind hosts all of whose running jobs started before ``since``
+        (lock held): a silent server's line, which must not fill the parking cap and
+        stop the claims for every other host until its requests time out."""
+        slow: set[str] = set()
+        fresh: set[str] = set()
+        for job, started, _ in self._active.values():
+            (slow if started < since else fresh).add(self._host_of(job))
+        return sum(len(self._hosts[host].waiting) for host in slow - fresh if host in self._hosts)
 
     # -- from any thread -------------------------------------------------------------
 
@@ -212,7 +231,9 @@ class Engine(Generic[J]):
 
     def _room(self) -> int:
         ready = self._waiting - self._parked
-        return max(0, min(self._backlog - ready, self._parked_cap - self._parked))
+        parked = max(0, self._parked - self._stuck)
+        total = _STUCK_PARKED * self._parked_cap - self._parked
+        return max(0, min(self._backlog - ready, self._parked_cap - parked, total))
 
     def wait_for_room(self, timeout: float, at_least: int = 1) -> bool:
         """Block until ``at_least`` jobs may be submitted within the caps, up to ``timeout``.

@@ -180,6 +180,27 @@ def test_jobs_parked_behind_a_slow_host_have_their_own_allowance() -> None:
     assert len(ran) == 8
 
 
+def test_jobs_parked_behind_a_host_whose_requests_are_all_slow_free_the_parking() -> None:
+    ran: list[Task] = []
+    engine = holding(ran, concurrency=4, per_host=1, backlog=2, parked=3, slow_after=0.2)
+    silent = [Task("silent") for _ in range(4)]
+    engine.submit(silent)
+    assert engine.room() == 0, "three parked behind the silent host: the cap"
+    assert engine.wait_for_room(5), "its one request turned slow: its line stops counting"
+    assert engine.room() == 2
+    fresh = [Task("other") for _ in range(4)]
+    engine.submit(fresh)
+    assert engine.room() == 0, "three parked behind a host that is not slow: the cap again"
+    more = [Task("silent") for _ in range(10)]
+    engine.submit(more)
+    time.sleep(0.6)
+    assert engine.room() == 0, "at most four parking caps behind slow hosts"
+    for task in [*silent, *fresh, *more]:
+        task.hold.set()
+    assert engine.wait_idle(5)
+    assert len(ran) == 18
+
+
 def test_stop_returns_what_never_started_and_what_still_runs() -> None:
     log: list[Task] = []
     lock = threading.Lock()
