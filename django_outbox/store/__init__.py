@@ -1,7 +1,10 @@
 """The database side of delivery: rows read for sending, and every change of state.
 
-``transitions`` is the one module that writes ``Delivery.state``; its
-docstring carries the state diagram.  ``claimed`` holds what a claim hands the
+Nothing outside this package writes ``Delivery.state``: ``transitions`` makes
+every change but two and its docstring carries the state diagram; ``give_ups``
+fails live deliveries (with the durable mark of their ``delivery_failed``
+signal) and ``reclaim`` takes back those of lost workers.  ``heartbeats`` keeps
+the worker processes' heartbeat rows.  ``claimed`` holds what a claim hands the
 worker, ``bulk_insert`` and ``grouped_updates`` build the statements that write
 many rows at once.
 """
