@@ -16,9 +16,10 @@ process's own copy cannot answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -108,6 +109,17 @@ async def _post(
         headers["Authorization"] = authorization  # a bearer token, not part of the message
     sent.append(scheme.value)
     return await transport.post(url, headers, job.message.body)
+
+
+def first_origins(jobs: Iterable[Job]) -> set[str]:
+    """The origins whose accepted scheme ``jobs`` look up first: where those signed
+    with HTTP Signatures knock first (their first gateway, or their inbox)."""
+    origins = set()
+    for job in jobs:
+        if not isinstance(job.key, WebhookKeys):
+            with contextlib.suppress(InvalidInbox):  # refused when it is attempted
+                origins.add(parse_target((job.row.via or [job.row.inbox])[0]).origin)
+    return origins
 
 
 async def _knock(
