@@ -147,7 +147,7 @@ class Settings:
     @property
     def CHUNK_SIZE(self) -> int:
         """Deliveries carried by one Celery message."""
-        return int(_get("OUTBOX_CHUNK_SIZE", 50))
+        return int(_get("OUTBOX_CHUNK_SIZE", 100))
 
     @property
     def FIRST_SCHEME(self) -> str:

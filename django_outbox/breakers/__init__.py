@@ -1,7 +1,8 @@
 """Circuit breakers: hold back deliveries to destinations that keep failing.
 
 ``policy`` holds the rules and the protocol of a store, ``memory`` and
-``redis_store`` the two stores; ``configured`` builds what the settings ask for.
+``redis_store`` the two stores (``redis_scripts`` the Lua that changes a breaker in
+Redis); ``configured`` builds what the settings ask for.
 """
 
 from django_outbox.breakers.memory import MemoryBreakerStore

@@ -6,6 +6,7 @@ import itertools
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from django_outbox.breakers.policy import (
@@ -103,6 +104,17 @@ class MemoryBreakerStore:
             self._touch(key, state, now)
             while len(self._breakers) > self._max_keys:
                 self._breakers.popitem(last=False)
+
+    def admit_many(self, requests: Sequence[tuple[str, BreakerPolicy]]) -> list[Admission]:
+        """See :meth:`BreakerStore.admit_many`."""
+        return [self.admit(key, policy) for key, policy in requests]
+
+    def record_many(
+        self, reports: Sequence[tuple[str, BreakerPolicy, bool, Admission | None]]
+    ) -> None:
+        """See :meth:`BreakerStore.record_many`."""
+        for key, policy, failed, admission in reports:
+            self.record(key, policy, failed=failed, admission=admission)
 
     def admit_now(self, key: str, policy: BreakerPolicy) -> Admission:
         """See :meth:`BreakerStore.admit_now`: memory needs no I/O."""

@@ -20,6 +20,7 @@ between all workers.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol
@@ -114,6 +115,16 @@ class BreakerStore(Protocol):
         answers were sent before it opened and say nothing about the server now.
         ``admission`` is ``None`` for an outcome the store did not admit.
         """
+        ...
+
+    def admit_many(self, requests: Sequence[tuple[str, BreakerPolicy]]) -> list[Admission]:
+        """:meth:`admit` for each ``(key, policy)`` in turn, their answers in that order."""
+        ...
+
+    def record_many(
+        self, reports: Sequence[tuple[str, BreakerPolicy, bool, Admission | None]]
+    ) -> None:
+        """:meth:`record` for each ``(key, policy, failed, admission)`` in turn."""
         ...
 
     def admit_now(self, key: str, policy: BreakerPolicy) -> Admission | None:

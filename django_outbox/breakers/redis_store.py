@@ -13,7 +13,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -29,81 +29,13 @@ from django_outbox.breakers.policy import (
     held,
     latest,
 )
+from django_outbox.breakers.redis_scripts import ADMIT_LUA, RECORD_LUA
 from django_outbox.exceptions import OutboxConfigurationError
 
 if TYPE_CHECKING:
     from redis.commands.core import Script
 
 logger = logging.getLogger("django_outbox.breakers")
-
-# A hash per breaker: failures, open_until (ms, absent while closed), probe (its token),
-# probe_until (ms), and "a:<token>" = until when (ms) each admitted delivery counts as
-# awaiting its answer.  Time is Redis's TIME (workers' clocks never matter; effects
-# replication lets it precede a write); ms stay below 10**14, which Lua prints exactly.
-# ARGV: token, cool-off, expiry, threshold, answer-within (ms), busy wait (ms).
-_ADMIT_LUA = """
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local all = redis.call('HGETALL', KEYS[1])
-local h, awaiting, first = {}, 0, nil
-for i = 1, #all, 2 do
-  local name, value = all[i], all[i + 1]
-  if string.sub(name, 1, 2) == 'a:' then
-    local until_ms = tonumber(value)
-    if until_ms <= now then
-      redis.call('HDEL', KEYS[1], name)
-    else
-      awaiting = awaiting + 1
-      if not first or until_ms < first then first = until_ms end
-    end
-  else
-    h[name] = value
-  end
-end
-local open_until, probe_until = tonumber(h.open_until), tonumber(h.probe_until)
-if open_until then
-  if now < open_until then return {'held', open_until - now, 'open'} end
-  if h.probe and probe_until and now < probe_until then
-    return {'held', probe_until - now, 'open'}
-  end
-  redis.call('HSET', KEYS[1], 'probe', ARGV[1], 'probe_until', now + ARGV[2], 'failures', 0)
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
-  return {'probe', 0, ''}
-end
-local failures = tonumber(h.failures) or 0
-if awaiting > 0 and failures + awaiting >= tonumber(ARGV[4]) then
-  local wait = tonumber(ARGV[6])
-  if failures > 0 then wait = math.max(wait, first - now) end
-  return {'held', wait, 'busy'}
-end
-redis.call('HSET', KEYS[1], 'a:' .. ARGV[1], now + ARGV[5])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-return {'pass', 0, ''}
-"""
-# ARGV: '1' failed or '0', token or '', threshold, cool-off (ms), expiry (ms).
-# Returns 2 when the breaker is closed after a success, 1 for a failure, 0 if ignored.
-_RECORD_LUA = """
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if ARGV[2] ~= '' then redis.call('HDEL', KEYS[1], 'a:' .. ARGV[2]) end
-local s = redis.call('HMGET', KEYS[1], 'failures', 'open_until', 'probe')
-local failures = (tonumber(s[1]) or 0) + 1
-if s[2] then
-  if ARGV[2] == '' or s[3] ~= ARGV[2] then return 0 end
-  if ARGV[1] == '0' then redis.call('DEL', KEYS[1]) return 2 end
-  redis.call('HSET', KEYS[1], 'open_until', now + ARGV[4], 'failures', failures)
-  redis.call('HDEL', KEYS[1], 'probe', 'probe_until')
-elseif ARGV[1] == '0' then
-  if s[1] then redis.call('HDEL', KEYS[1], 'failures') end
-  return 2
-elseif failures >= tonumber(ARGV[3]) then
-  redis.call('HSET', KEYS[1], 'failures', failures, 'open_until', now + ARGV[4])
-else
-  redis.call('HSET', KEYS[1], 'failures', failures)
-end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
-"""
 
 
 class _WarningLimiter:
@@ -177,39 +109,47 @@ class RedisBreakerStore:
 
     def admit(self, key: str, policy: BreakerPolicy) -> Admission:
         """See :meth:`BreakerStore.admit`; ``pass`` when Redis cannot answer."""
-        if self._trusted.get(key, 0.0) > time.monotonic():
-            return PASS
-        token = f"{self._token_prefix}{next(self._tokens):x}"
-        reply = self._run(
-            0,
-            key,
-            token,
-            _ms(policy.cool_off),
-            _ms(policy.idle_after),
-            policy.threshold,
-            _ms(policy.answer_within),
-            _ms(BUSY_WAIT),
-        )
-        if not reply:
-            return PASS
-        kind, wait, why = _text(reply[0]), int(reply[1]) / 1000, _text(reply[2])
-        if kind == "held":
-            return held(wait, "busy" if why == "busy" else "open")
-        return Admission("probe" if kind == "probe" else "pass", token=token)
+        return self.admit_many([(key, policy)])[0]
+
+    def admit_many(self, requests: Sequence[tuple[str, BreakerPolicy]]) -> list[Admission]:
+        """See :meth:`BreakerStore.admit_many`: those not trusted in one round trip."""
+        now = time.monotonic()
+        answers: dict[int, Admission] = {}
+        asked: list[tuple[int, str, str, BreakerPolicy]] = []
+        for i, (key, policy) in enumerate(requests):
+            if self._trusted.get(key, 0.0) > now:
+                answers[i] = PASS
+            else:
+                asked.append((i, key, f"{self._token_prefix}{next(self._tokens):x}", policy))
+        calls: list[tuple[str, tuple[str | int, ...]]] = [
+            (key, (token, *_admit_args(policy))) for _, key, token, policy in asked
+        ]
+        for (i, _, token, _), reply in zip(asked, self._run(0, calls), strict=True):
+            answers[i] = _admission(reply, token)
+        return [answers[i] for i in range(len(requests))]
 
     def record(
         self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
     ) -> None:
         """See :meth:`BreakerStore.record`; does nothing when Redis cannot answer."""
-        token = admission.token if admission is not None else None
-        if failed:
-            self._trusted.pop(key, None)
-        elif token is None:
-            return  # a trusted destination's success changes nothing worth a round trip
-        cool_off, idle = _ms(policy.cool_off), _ms(policy.idle_after)
-        reply = self._run(1, key, int(failed), token or "", policy.threshold, cool_off, idle)
-        if reply == 2:
-            self._trust(key)
+        self.record_many([(key, policy, failed, admission)])
+
+    def record_many(
+        self, reports: Sequence[tuple[str, BreakerPolicy, bool, Admission | None]]
+    ) -> None:
+        """See :meth:`BreakerStore.record_many`: in one round trip."""
+        calls: list[tuple[str, tuple[str | int, ...]]] = []
+        for key, policy, failed, admission in reports:
+            token = admission.token if admission is not None else None
+            if failed:
+                self._trusted.pop(key, None)
+            elif token is None:
+                continue  # a trusted destination's success changes nothing worth a round trip
+            cool_off, idle = _ms(policy.cool_off), _ms(policy.idle_after)
+            calls.append((key, (int(failed), token or "", policy.threshold, cool_off, idle)))
+        for (key, _), reply in zip(calls, self._run(1, calls), strict=True):
+            if reply == 2:
+                self._trust(key)
 
     def admit_now(self, key: str, policy: BreakerPolicy) -> Admission | None:
         """See :meth:`BreakerStore.admit_now`: ``pass`` for a trusted destination."""
@@ -262,31 +202,78 @@ class RedisBreakerStore:
                 self._trusted.pop(name, None)
         self._trusted[key] = now + self._trust_for
 
-    def _run(self, which: int, key: str, *args: str | int) -> Any:
-        """Run script ``which`` (0 admit, 1 record); ``None`` if Redis is unavailable."""
+    def _run(self, which: int, calls: Sequence[tuple[str, Sequence[str | int]]]) -> list[Any]:
+        """Run script ``which`` (0 admit, 1 record) for each ``(key, args)``, pipelined;
+        a reply of ``None`` for each when Redis is unavailable."""
+        if not calls:
+            return []
         if self._retry_at is not None:
             with self._lock:
                 now = time.monotonic()
                 if self._retry_at is not None and now < self._retry_at:
-                    return None
+                    return [None] * len(calls)
                 # This caller tries Redis again; the others keep skipping it meanwhile.
                 self._retry_at = now + self._error_pause
         try:
             client = self._client_factory()
             if self._scripts is None:
-                admit, record = (client.register_script(s) for s in (_ADMIT_LUA, _RECORD_LUA))
+                admit, record = (client.register_script(s) for s in (ADMIT_LUA, RECORD_LUA))
                 self._scripts = (admit, record)
-            script = self._scripts[which]
-            reply = script(keys=[self.prefix + key], args=args, client=client)
+            replies = _pipelined(client, self._scripts[which], self.prefix, calls)
         except redis.RedisError as error:
             with self._lock:
                 self._retry_at = time.monotonic() + self._error_pause
             _warnings.warn(
                 "Circuit breakers in Redis unavailable (%s); letting deliveries through", error
             )
-            return None
+            return [None] * len(calls)
         self._retry_at = None
-        return reply
+        return replies
+
+
+def _pipelined(
+    client: redis.Redis,
+    script: Script,
+    prefix: str,
+    calls: Sequence[tuple[str, Sequence[str | int]]],
+) -> list[Any]:
+    """``script``'s replies for each ``(key, args)``: one call alone, or one pipeline
+    (loading the script first if Redis has forgotten it)."""
+    if len(calls) == 1:
+        key, args = calls[0]
+        return [script(keys=[prefix + key], args=args, client=client)]
+    for loaded in (True, False):
+        pipe = client.pipeline(transaction=False)
+        for key, args in calls:
+            pipe.evalsha(script.sha, 1, prefix + key, *args)
+        try:
+            return list(pipe.execute())
+        except redis.exceptions.NoScriptError:
+            if not loaded:
+                raise
+            client.script_load(script.script)
+    raise AssertionError("unreachable: the second pass returns or raises")
+
+
+def _admit_args(policy: BreakerPolicy) -> tuple[int, ...]:
+    """The admit script's arguments after the token."""
+    return (
+        _ms(policy.cool_off),
+        _ms(policy.idle_after),
+        policy.threshold,
+        _ms(policy.answer_within),
+        _ms(BUSY_WAIT),
+    )
+
+
+def _admission(reply: Any, token: str) -> Admission:
+    """The admit script's ``reply`` to the delivery given ``token``: ``pass`` for none."""
+    if not reply:
+        return PASS
+    kind, wait, why = _text(reply[0]), int(reply[1]) / 1000, _text(reply[2])
+    if kind == "held":
+        return held(wait, "busy" if why == "busy" else "open")
+    return Admission("probe" if kind == "probe" else "pass", token=token)
 
 
 def cache_client(alias: str) -> Callable[[], redis.Redis]:

@@ -11,8 +11,10 @@ delivery.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Iterable
 
 from django.core.cache import caches
 
@@ -23,6 +25,9 @@ _LOCAL_TTL = 300.0
 _SHARED_TTL = 30 * 86400
 _local: dict[str, tuple[Scheme | None, float]] = {}
 _lock = threading.Lock()
+_SCHEMES = {s.value: s for s in Scheme}
+
+logger = logging.getLogger("django_outbox.signing")
 
 
 def _cache_key(origin: str) -> str:
@@ -46,12 +51,36 @@ def remembered(origin: str) -> Scheme | None:
         return scheme
     now = time.monotonic()
     value = caches[conf.SCHEME_CACHE].get(_cache_key(origin))
-    scheme = Scheme(value) if value in {s.value for s in Scheme} else None
+    return _keep({origin: _SCHEMES.get(str(value))}, now)[origin]
+
+
+def recall(origins: Iterable[str]) -> None:
+    """Copy into this process what the shared cache knows of those ``origins`` this
+    process does not know, in one round trip: a worker calls it for a claim's
+    deliveries, so that their first contact with a host need not ask the cache.
+    A cache that fails is only logged (each delivery then asks it alone)."""
+    now = time.monotonic()
     with _lock:
-        if len(_local) > 50_000:
+        unknown = {o for o in origins if (entry := _local.get(o)) is None or entry[1] <= now}
+    if not unknown:
+        return
+    keys = {_cache_key(origin): origin for origin in unknown}
+    try:
+        found = caches[conf.SCHEME_CACHE].get_many(keys)
+    except Exception:
+        logger.warning("could not read remembered schemes from the cache", exc_info=True)
+        return
+    _keep({origin: _SCHEMES.get(str(found.get(key))) for key, origin in keys.items()}, now)
+
+
+def _keep(schemes: dict[str, Scheme | None], now: float) -> dict[str, Scheme | None]:
+    """Keep ``schemes`` (read from the shared cache at ``now``) in this process's copy."""
+    with _lock:
+        if len(_local) + len(schemes) > 50_000:
             _local.clear()
-        _local[origin] = (scheme, now + _LOCAL_TTL)
-    return scheme
+        for origin, scheme in schemes.items():
+            _local[origin] = (scheme, now + _LOCAL_TTL)
+    return schemes
 
 
 def remember_here(origin: str, scheme: Scheme) -> bool:

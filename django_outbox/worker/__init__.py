@@ -2,6 +2,7 @@
 
 ``process`` keeps one process's engine, recorder, transport and caches, and
 turns a task's delivery ids into jobs; ``engine`` runs jobs concurrently with
-per-host caps; ``attempt`` makes one attempt (breaker, signing, POST);
+per-host caps; ``attempt`` makes one attempt (breaker, signing, POST), asking
+the breaker store through ``breaker_turns`` (one call per turn of the loop);
 ``recorder`` saves the outcomes in batches through the store's transitions.
 """

@@ -10,15 +10,17 @@ scheme on a 400 or 401; a webhook is signed with every secret of its endpoint
 presenting L402 tokens.  It touches no database: the recorder saves the
 outcome.  What may block (a breaker kept in Redis, the shared cache of
 schemes, a payment client) runs on the loop's executor, and only when this
-process's own copy cannot answer.
+process's own copy cannot answer; the breaker questions of one turn of the
+loop go together (:mod:`~django_outbox.worker.breaker_turns`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -44,6 +46,7 @@ from django_outbox.transport import (
     retry_after_seconds,
 )
 from django_outbox.transport.target import parse_target
+from django_outbox.worker import breaker_turns
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,17 @@ async def _post(
         headers["Authorization"] = authorization  # a bearer token, not part of the message
     sent.append(scheme.value)
     return await transport.post(url, headers, job.message.body)
+
+
+def first_origins(jobs: Iterable[Job]) -> set[str]:
+    """The origins whose accepted scheme ``jobs`` look up first: where those signed
+    with HTTP Signatures knock first (their first gateway, or their inbox)."""
+    origins = set()
+    for job in jobs:
+        if not isinstance(job.key, WebhookKeys):
+            with contextlib.suppress(InvalidInbox):  # refused when it is attempted
+                origins.add(parse_target((job.row.via or [job.row.inbox])[0]).origin)
+    return origins
 
 
 async def _knock(
@@ -226,12 +240,9 @@ async def _attempt_at(
     url = target.url
     key = ""
     admission: Admission | None = None
-    loop = asyncio.get_running_loop()
     if policy is not None:
         key = breaker_key(target.host, url, conf.BREAKER_SCOPE)
-        admission = breakers.admit_now(key, policy)
-        if admission is None:
-            admission = await loop.run_in_executor(None, breakers.admit, key, policy)
+        admission = await breaker_turns.admit(breakers, key, policy)
         if admission.kind == "held":
             error = _HELD[admission.why or "open"].format(policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
@@ -248,10 +259,7 @@ async def _attempt_at(
             ending = _judge(response)
     if policy is not None:
         failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
-        if not breakers.record_now(key, policy, failed=failed, admission=admission):
-            await loop.run_in_executor(
-                None, lambda: breakers.record(key, policy, failed=failed, admission=admission)
-            )
+        await breaker_turns.record(breakers, key, policy, failed=failed, admission=admission)
     return ending
 
 

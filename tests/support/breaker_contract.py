@@ -158,3 +158,18 @@ class BreakerStoreContract:
         assert [state.key for state in store.states()] == ["host:b.example"]
         store.reset("host:never.example")  # nothing to reset: no error, nothing changed
         assert [state.key for state in store.states()] == ["host:b.example"]
+
+    def test_many_at_once_answer_as_one_after_another(self, store: BreakerStore) -> None:
+        policy = BreakerPolicy(threshold=2, cool_off=60, answer_within=60)
+        other = "host:other.example"
+        answers = store.admit_many([(KEY, policy), (other, policy), (KEY, policy), (KEY, policy)])
+        assert [answer.kind for answer in answers] == ["pass", "pass", "pass", "held"]
+        assert answers[3].why == "busy", "the first three count as awaiting their answers"
+        store.record_many(
+            [(KEY, policy, True, answers[0]), (KEY, policy, True, answers[2]),
+             (other, policy, False, answers[1])]
+        )  # fmt: skip
+        assert store.admit(KEY, policy).why == "open", "two failures reported together"
+        assert store.admit(other, policy).kind == "pass", "its success closed nothing open"
+        assert store.admit_many([]) == []
+        store.record_many([])
