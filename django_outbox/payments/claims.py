@@ -1,11 +1,11 @@
 """The claim's part in paid push: what each claimed delivery may pay, and which to hold.
 
 A claim may read the database (a sending thread may not), so here each claimed
-delivery gets its open attempt and its host's kept token, and a delivery whose host
-another delivery is paying, with no token to present, is held instead of sent: on
-a host that sells tokens it will use the one being bought, and on any host the
-payments go one after another (a unique constraint allows one pending attempt per
-host).
+delivery gets its open attempt and its host's kept token (one query), and a delivery
+whose host another delivery is paying, with no token to present, is held instead of
+sent (the worker parks it in the database until its hold ends): on a host that sells
+tokens it will use the one being bought, and on any host the payments go one after
+another (a unique constraint allows one pending attempt per host).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import random
 from collections.abc import Sequence
 
 from django_outbox.conf import conf
-from django_outbox.payments.lookups import kept_tokens, open_attempts, paying_hosts
+from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.paying import PaymentJob, payment_client
 from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.queries import queued_per_host
@@ -32,11 +32,14 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
     if settings is None:
         return {}, {}
     client = payment_client(settings)
-    attempts = open_attempts([row.id for row in claimed])
-    tokens = kept_tokens(row.host for row in claimed)
-    paying = paying_hosts(row.host for row in claimed if row.host not in tokens)
+    found = claim_lookup([row.id for row in claimed], (row.host for row in claimed))
+    attempts, tokens, paying = found.attempts, found.tokens, found.paying
     held = [
-        row for row in claimed if row.id not in attempts and paying.get(row.host, row.id) != row.id
+        row
+        for row in claimed
+        if row.id not in attempts
+        and row.host not in tokens
+        and paying.get(row.host, row.id) != row.id
     ]
     waiting = queued_per_host(row.host for row in held) if held else {}
     spread = _spread()
