@@ -14,12 +14,19 @@ from collections.abc import Iterator
 import pytest
 from django.test import override_settings
 
+from django_outbox.payments import paying
 from testproject.lightning.cln import FakeClnServer
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
 from tests.unit.payments.rounds import payments, serve
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test is a process of its own: no host met a 402 in it yet."""
+    monkeypatch.setattr(paying, "_challenged", {})
 
 
 class Clock:
