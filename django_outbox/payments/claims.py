@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Sequence
 
 from django_outbox.conf import conf
@@ -22,6 +23,10 @@ from django_outbox.store.queries import queued_per_host
 
 #: Longest hold of a delivery whose host another delivery is paying, in seconds.
 HOLD_LIMIT = 60.0
+#: Hosts whose queue length a process keeps at most.
+_COUNTED_HOSTS = 10_000
+#: Host -> (deliveries queued for it, monotonic time until which that count is used).
+_counted: dict[str, tuple[int, float]] = {}
 
 
 def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
@@ -41,7 +46,7 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
         and row.host not in tokens
         and paying.get(row.host, row.id) != row.id
     ]
-    waiting = queued_per_host(row.host for row in held) if held else {}
+    waiting = _queued({row.host for row in held}, settings.hold_while_paying)
     spread = _spread()
     wait = {
         row.id: hold_for(settings.hold_while_paying, waiting.get(row.host, 0), spread)
@@ -66,6 +71,20 @@ def hold_for(base: float, queued: int, spread: float | None = None) -> float:
     """
     steps = float(2 ** math.ceil(math.log2(max(1.0, queued / 2))))
     return min(HOLD_LIMIT, base * steps) * (_spread() if spread is None else spread)
+
+
+def _queued(hosts: set[str], ttl: float) -> dict[str, int]:
+    """How many deliveries are queued for each of ``hosts``, counted at most every
+    ``ttl`` seconds per host in a process: a hold's length needs no exact count, and
+    while a host is paid every claim of a fan-out holds some of its deliveries."""
+    now = time.monotonic()
+    stale = {host for host in hosts if _counted.get(host, (0, 0.0))[1] <= now}
+    if stale:
+        if len(_counted) > _COUNTED_HOSTS:
+            _counted.clear()
+        counts = queued_per_host(stale)
+        _counted.update({host: (counts.get(host, 0), now + ttl) for host in stale})
+    return {host: _counted[host][0] for host in hosts}
 
 
 def _spread() -> float:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from django.test import override_settings
 
-from django_outbox.payments import paying
+from django_outbox.payments import claims, paying
 from testproject.lightning.cln import FakeClnServer
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.l402_inbox import L402InboxServer
@@ -25,8 +25,9 @@ from tests.unit.payments.rounds import payments, serve
 
 @pytest.fixture(autouse=True)
 def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test is a process of its own: no host met a 402 in it yet."""
+    """Each test is a process of its own: no host met a 402 in it, no queue counted."""
     monkeypatch.setattr(paying, "_challenged", {})
+    monkeypatch.setattr(claims, "_counted", {})
 
 
 class Clock:

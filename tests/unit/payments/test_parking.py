@@ -17,7 +17,10 @@ from django.utils import timezone
 
 from django_outbox import Batch, outbox, recovery
 from django_outbox.models import Attempt, Delivery, DeliveryState
+from django_outbox.payments.claims import payment_jobs
 from django_outbox.payments.lookups import claim_lookup
+from django_outbox.store.claimed import new_token
+from django_outbox.store.transitions import claim
 from testproject.demo.keys import ACTOR
 from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.node import FakeNode
@@ -85,3 +88,18 @@ def test_a_claim_reads_attempts_tokens_and_payments_under_way_in_one_query(
     round_of([first])
     found = claim_lookup([first, second], [inbox.host])
     assert (found.attempts, found.paying, set(found.tokens)) == ({}, {}, {inbox.host})
+
+
+def test_a_hosts_queue_is_counted_once_for_the_holds_of_claims_close_together(
+    inbox: L402InboxServer,
+) -> None:
+    first, *others = send(*(inbox.url(f"/{n}") for n in range(4)))
+    round_of([first])
+    rows = claim(others, new_token())
+    with CaptureQueriesContext(connection) as queries:
+        payment_jobs(rows[:1])
+    assert len(queries) == 2, "the payment lookup, the queue's length"
+    with CaptureQueriesContext(connection) as queries:
+        _, wait = payment_jobs(rows[1:])
+    assert len(queries) == 1, "the payment lookup"
+    assert set(wait) == set(others) - {rows[0].id}
