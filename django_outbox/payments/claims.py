@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from django_outbox.conf import conf
 from django_outbox.payments.lookups import claim_lookup
-from django_outbox.payments.paying import PaymentJob, payment_client
+from django_outbox.payments.paying import PaymentJob, met_402_lately, payment_client
 from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.queries import queued_per_host
 
@@ -31,8 +31,8 @@ _counted: dict[str, tuple[int, float]] = {}
 
 def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
     """What each claimed delivery may pay and present, and those to hold for a while
-    (with no token for their host, which another delivery is paying); nothing when
-    payments are off."""
+    (with no token for their host, which another delivery is paying, or where one of
+    this process met a 402 a moment ago); nothing when payments are off."""
     settings = conf.PAYMENTS
     if settings is None:
         return {}, {}
@@ -44,7 +44,7 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
         for row in claimed
         if row.id not in attempts
         and row.host not in tokens
-        and paying.get(row.host, row.id) != row.id
+        and (paying.get(row.host, row.id) != row.id or met_402_lately(row.host))
     ]
     waiting = _queued({row.host for row in held}, settings.hold_while_paying)
     spread = _spread()

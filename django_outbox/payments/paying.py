@@ -94,6 +94,12 @@ _clients_lock = Lock()
 _challenged: dict[str, float] = {}
 
 
+def met_402_lately(host: str) -> bool:
+    """Whether a delivery of this process met a payable 402 at ``host`` less than
+    ``HOLD_WHILE_PAYING`` seconds ago (the recorder may still be storing its challenge)."""
+    return _challenged.get(host, 0.0) > time.monotonic()
+
+
 def payment_client(settings: PaymentSettings) -> PaymentClient:
     """The process's payment client for ``settings``, made once (clients keep sessions)."""
     with _clients_lock:
@@ -260,7 +266,7 @@ async def exchange(
     if authorization is None and token is not None:
         authorization = token.authorization()
         presented = (token.attempt_id, Change.RETIRED)
-    if own is None and token is None and _challenged.get(host, 0.0) > time.monotonic():
+    if own is None and token is None and met_402_lately(host):
         return trail.ends(
             AttemptResult.HELD,
             "held: another delivery met this host's 402 a moment ago",

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox import Batch, outbox, recovery
-from django_outbox.models import Attempt, Delivery, DeliveryState
+from django_outbox.models import Attempt, Delivery, DeliveryState, PaymentAttempt
 from django_outbox.payments.claims import payment_jobs
 from django_outbox.payments.lookups import claim_lookup
 from django_outbox.store.claimed import new_token
@@ -58,6 +58,18 @@ def test_deliveries_behind_a_payment_are_parked_without_an_attempt(
     round_of([first])
     assert [o.result for o in round_of(others)] == ["delivered", "delivered"]
     assert len(node.payments()) == 1
+
+
+def test_deliveries_claimed_just_after_a_402_there_are_parked_before_it_is_stored(
+    inbox: L402InboxServer,
+) -> None:
+    first, *others = send(inbox.url("/a"), inbox.url("/b"), inbox.url("/c"))
+    [challenged] = attempted([first])
+    assert challenged.result == "paying"
+    assert not PaymentAttempt.objects.exists(), "the recorder has not stored it yet"
+    assert attempted(others) == []
+    rows = Delivery.objects.filter(id__in=others)
+    assert {(row.state, row.last_error[:18]) for row in rows} == {("queued", "held: a payment to")}
 
 
 def test_a_hold_that_would_outlast_the_deadline_fails_the_delivery(
