@@ -53,7 +53,13 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
         for row in held
     }
     jobs = {
-        row.id: PaymentJob(settings, client, attempts.get(row.id), tokens.get(row.host))
+        row.id: PaymentJob(
+            settings,
+            client,
+            attempts.get(row.id),
+            tokens.get(row.host),
+            paying=paying.get(row.host, row.id) != row.id,
+        )
         for row in claimed
     }
     return jobs, wait

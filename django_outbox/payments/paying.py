@@ -23,6 +23,9 @@ For ``HOLD_WHILE_PAYING`` seconds after one of its deliveries met a payable 402,
 process sends nothing to that host without a token or an attempt of its own: until
 the recorder has stored that challenge (and claims park the others), each such
 request would only meet a 402 to decode and hold.  They are held without a request.
+A 402 met meanwhile without a token, or while the claim knew the host was being
+paid for another delivery (a kept token refused), is held without decoding its
+invoice.
 """
 
 from __future__ import annotations
@@ -64,12 +67,15 @@ from django_outbox.transport.target import parse_target
 @dataclass(frozen=True)
 class PaymentJob:
     """What a claim hands a sending thread for paying: the settings, the process's client,
-    the delivery's open attempt and the host's kept token (either may be None)."""
+    the delivery's open attempt and the host's kept token (either may be None), and
+    whether the host is being paid for another delivery."""
 
     settings: PaymentSettings
     client: PaymentClient = field(repr=False)
     open: OpenAttempt | None = None
     token: KeptToken | None = None
+    #: Whether another delivery's payment to the host was under way at the claim.
+    paying: bool = False
 
 
 @dataclass(frozen=True)
@@ -288,6 +294,11 @@ async def exchange(
             trail.add(attempt_id, refused, reason=f"HTTP {response.status} to the paid token")
     if not _wants_payment(response):
         return Exchange(response=response, report=trail.report())
+    if own is None and (job.paying or (token is None and met_402_lately(host))):
+        # Its invoice would be decoded (milliseconds) only for the recorder to hold it.
+        held = "held: another payment to this host is under way"
+        wait = job.settings.hold_while_paying
+        return trail.ends(AttemptResult.HELD, held, status=response.status, held_for=wait)
     found = challenge_of(job, url, size, response)
     if isinstance(found, Exchange):
         return Exchange(

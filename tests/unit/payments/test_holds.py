@@ -7,7 +7,9 @@ import time
 import pytest
 
 from django_outbox.outcomes import AttemptResult
+from django_outbox.payments import paying
 from django_outbox.payments.claims import HOLD_LIMIT, hold_for
+from django_outbox.payments.reports import Change, KeptToken
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402Gate
 from testproject.lightning.lnd import FakeLndServer
@@ -50,3 +52,24 @@ def test_after_a_402_the_host_gets_no_request_without_a_token_for_a_moment(
     assert len(inbox.sent) == 3
     monkeypatch.setattr(time, "monotonic", lambda: float("inf"))  # the moment has passed
     assert challenge_from(exchanged(job(lnd), URL, BODY_SIZE, inbox)).payment_hash
+
+
+def test_a_402_from_a_host_paid_for_another_delivery_is_held_undecoded(
+    lnd: FakeLndServer, issuer: InvoiceIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding its invoice (milliseconds with bolt11) would serve nothing: the recorder
+    would hold it, as the host has a pending attempt."""
+
+    def undecodable(*args: object) -> None:
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(paying, "challenge_of", undecodable)
+    inbox = Inbox(L402Gate(issuer, price_msat=None))
+    held = exchanged(job(lnd, paying=True), URL, BODY_SIZE, inbox)
+    assert (held.result, held.status, held.report) == (AttemptResult.HELD, 402, None)
+    token = KeptToken(7, "paid.example", "L402", "bWFj", "00" * 32)
+    refused = exchanged(job(lnd, token=token, paying=True), URL, BODY_SIZE, inbox)
+    assert refused.result is AttemptResult.HELD
+    assert refused.report is not None
+    assert [s.change for s in refused.report.settlements] == [Change.RETIRED]
+    assert inbox.sent == [None, token.authorization()]
