@@ -16,7 +16,7 @@ URL of the fan-out a charging one.  Reported per run: the unpaid hosts' delivery
 (delivered to unpaid hosts / time from the first ``send`` to the last such delivery),
 the worker's CPU per unpaid delivery (all it did, paid hosts included, over the unpaid
 deliveries), and for the paid hosts in that time: deliveries, payments (from the
-``PaymentAttempt`` table) and holds.  A run ends when the unpaid hosts are done;
+``PaymentAttempt`` table), holds and parked deliveries.  A run ends when the unpaid hosts are done;
 the paid hosts' backlog (each is paid one message at a time) is not waited for.
 Each run also records the CPU of the worker, of each farm, of this tree's PostgreSQL and
 Redis, of this process and of the whole machine: what the machine did beyond those is
@@ -74,17 +74,20 @@ def fan_out(free: Farm, paid: PaidFarm | None) -> tuple[list[str], set[str]]:
 
 
 def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
-    """What the paid hosts got so far: deliveries, payments, holds and 402s met."""
+    """What the paid hosts got so far: deliveries, payments, holds recorded as attempts
+    (in the history), deliveries parked by a claim while their host is paid, 402s met."""
     from django.db.models import Sum
 
     from django_outbox.models import Attempt, Delivery
     from django_outbox.payments.models import PaymentAttempt
 
     history = Attempt.objects.filter(host__in=paid_hosts)
+    rows = Delivery.objects.filter(host__in=paid_hosts)
     return {
-        "paid_delivered": Delivery.objects.filter(host__in=paid_hosts, state="delivered").count(),
+        "paid_delivered": rows.filter(state="delivered").count(),
         "payments": PaymentAttempt.objects.filter(paid_at__isnull=False).count(),
         "holds": history.filter(held=True).aggregate(n=Sum("times"))["n"] or 0,
+        "parked": rows.filter(state="queued", last_error__startswith="held: a payment").count(),
         "challenges_met": history.filter(result="paying").count(),
         "at_s": time.time() - started,
     }

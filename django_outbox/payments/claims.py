@@ -1,51 +1,65 @@
 """The claim's part in paid push: what each claimed delivery may pay, and which to hold.
 
 A claim may read the database (a sending thread may not), so here each claimed
-delivery gets its open attempt and its host's kept token, and a delivery whose host
-another delivery is paying, with no token to present, is held instead of sent: on
-a host that sells tokens it will use the one being bought, and on any host the
-payments go one after another (a unique constraint allows one pending attempt per
-host).
+delivery gets its open attempt and its host's kept token (one query), and a delivery
+whose host another delivery is paying, with no token to present, is held instead of
+sent (the worker parks it in the database until its hold ends): on a host that sells
+tokens it will use the one being bought, and on any host the payments go one after
+another (a unique constraint allows one pending attempt per host).
 """
 
 from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Sequence
 
 from django_outbox.conf import conf
-from django_outbox.payments.lookups import kept_tokens, open_attempts, paying_hosts
-from django_outbox.payments.paying import PaymentJob, payment_client
+from django_outbox.payments.lookups import claim_lookup
+from django_outbox.payments.paying import PaymentJob, met_402_lately, payment_client
 from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.queries import queued_per_host
 
 #: Longest hold of a delivery whose host another delivery is paying, in seconds.
 HOLD_LIMIT = 60.0
+#: Hosts whose queue length a process keeps at most.
+_COUNTED_HOSTS = 10_000
+#: Host -> (deliveries queued for it, monotonic time until which that count is used).
+_counted: dict[str, tuple[int, float]] = {}
 
 
 def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
     """What each claimed delivery may pay and present, and those to hold for a while
-    (with no token for their host, which another delivery is paying); nothing when
-    payments are off."""
+    (with no token for their host, which another delivery is paying, or where one of
+    this process met a 402 a moment ago); nothing when payments are off."""
     settings = conf.PAYMENTS
     if settings is None:
         return {}, {}
     client = payment_client(settings)
-    attempts = open_attempts([row.id for row in claimed])
-    tokens = kept_tokens(row.host for row in claimed)
-    paying = paying_hosts(row.host for row in claimed if row.host not in tokens)
+    found = claim_lookup([row.id for row in claimed], (row.host for row in claimed))
+    attempts, tokens, paying = found.attempts, found.tokens, found.paying
     held = [
-        row for row in claimed if row.id not in attempts and paying.get(row.host, row.id) != row.id
+        row
+        for row in claimed
+        if row.id not in attempts
+        and row.host not in tokens
+        and (paying.get(row.host, row.id) != row.id or met_402_lately(row.host))
     ]
-    waiting = queued_per_host(row.host for row in held) if held else {}
+    waiting = _queued({row.host for row in held}, settings.hold_while_paying)
     spread = _spread()
     wait = {
         row.id: hold_for(settings.hold_while_paying, waiting.get(row.host, 0), spread)
         for row in held
     }
     jobs = {
-        row.id: PaymentJob(settings, client, attempts.get(row.id), tokens.get(row.host))
+        row.id: PaymentJob(
+            settings,
+            client,
+            attempts.get(row.id),
+            tokens.get(row.host),
+            paying=paying.get(row.host, row.id) != row.id,
+        )
         for row in claimed
     }
     return jobs, wait
@@ -63,6 +77,20 @@ def hold_for(base: float, queued: int, spread: float | None = None) -> float:
     """
     steps = float(2 ** math.ceil(math.log2(max(1.0, queued / 2))))
     return min(HOLD_LIMIT, base * steps) * (_spread() if spread is None else spread)
+
+
+def _queued(hosts: set[str], ttl: float) -> dict[str, int]:
+    """How many deliveries are queued for each of ``hosts``, counted at most every
+    ``ttl`` seconds per host in a process: a hold's length needs no exact count, and
+    while a host is paid every claim of a fan-out holds some of its deliveries."""
+    now = time.monotonic()
+    stale = {host for host in hosts if _counted.get(host, (0, 0.0))[1] <= now}
+    if stale:
+        if len(_counted) > _COUNTED_HOSTS:
+            _counted.clear()
+        counts = queued_per_host(stale)
+        _counted.update({host: (counts.get(host, 0), now + ttl) for host in stale})
+    return {host: _counted[host][0] for host in hosts}
 
 
 def _spread() -> float:

@@ -1,15 +1,16 @@
 """What claims and the sweeper read of payment attempts and budgets; the writes are
 :mod:`~django_outbox.payments.ledger`'s.
 
-A claim calls :func:`open_attempts` and :func:`kept_tokens` to hand the attempts what
-to pay and what to present, and :func:`paying_hosts` to hold deliveries whose host
-another delivery is paying; the sweeper asks :func:`orphans` which pending payments
-no delivery will resolve.
+A claim calls :func:`claim_lookup` (one query) to hand the attempts what to pay and
+what to present, and to hold deliveries whose host another delivery is paying; the
+recorder asks :func:`paying_hosts` before storing a challenge; the sweeper asks
+:func:`orphans` which pending payments no delivery will resolve.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
 from django.db.models import Q
@@ -27,48 +28,61 @@ def day_of(moment: datetime) -> date:
     return moment.astimezone(UTC).date()
 
 
-def open_attempts(delivery_ids: Sequence[int]) -> dict[int, OpenAttempt]:
-    """The newest pending or paid attempt of each of ``delivery_ids`` that has one."""
-    found: dict[int, OpenAttempt] = {}
+@dataclass(frozen=True)
+class ClaimLookup:
+    """What a claim reads of payments for its deliveries, in one query."""
+
+    #: The newest pending or paid attempt of each delivery that has one.
+    attempts: dict[int, OpenAttempt]
+    #: The newest token each host accepted, unexpired and not refused since.
+    tokens: dict[str, KeptToken]
+    #: The hosts with a payment under way, and the delivery it is for.
+    paying: dict[str, int | None]
+
+
+def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLookup:
+    """The open attempts of ``delivery_ids``, and the kept tokens and payments under way
+    of ``hosts``: one query, however many deliveries a claim took."""
+    ids, hosts = set(delivery_ids), set(hosts)
+    now = timezone.now()
     rows = PaymentAttempt.objects.filter(
-        delivery_id__in=list(delivery_ids), state__in=_OPEN
-    ).order_by("delivery_id", "-id")
+        Q(delivery_id__in=ids, state__in=_OPEN)
+        | Q(host__in=hosts, state=PaymentState.PENDING)
+        | Q(host__in=hosts, state=PaymentState.USED, retired_at__isnull=True, expires_at__gt=now)
+    ).order_by("-id")
+    found = ClaimLookup({}, {}, {})
+    newest: dict[str, datetime] = {}
     for row in rows:
-        if row.delivery_id is None or row.delivery_id in found:
+        if row.state == PaymentState.USED:
+            paid = row.paid_at or row.created_at
+            if row.host not in newest or paid > newest[row.host]:
+                newest[row.host] = paid
+                found.tokens[row.host] = KeptToken(
+                    row.pk, row.host, row.scheme, row.macaroon, row.preimage
+                )
             continue
-        found[row.delivery_id] = OpenAttempt(
-            attempt_id=row.pk,
-            destination=row.destination,
-            state=row.state,
-            scheme=row.scheme,
-            payment_hash=row.payment_hash,
-            amount_msat=row.amount_msat,
-            pay_amount_msat=row.pay_amount_msat,
-            invoice_expires_at=row.invoice_expires_at.timestamp(),
-            expires_at=row.expires_at.timestamp(),
-            invoice=row.invoice,
-            macaroon=row.macaroon,
-            preimage=row.preimage,
-        )
+        if row.state == PaymentState.PENDING and row.host in hosts:
+            found.paying[row.host] = row.delivery_id
+        if row.delivery_id in ids and row.delivery_id not in found.attempts:
+            found.attempts[row.delivery_id] = _open_attempt(row)
     return found
 
 
-def kept_tokens(hosts: Iterable[str]) -> dict[str, KeptToken]:
-    """The newest token each of ``hosts`` accepted, unexpired and not refused since."""
-    found: dict[str, KeptToken] = {}
-    rows = (
-        PaymentAttempt.objects.filter(
-            host__in=set(hosts),
-            state=PaymentState.USED,
-            retired_at__isnull=True,
-            expires_at__gt=timezone.now(),
-        )
-        .order_by("host", "-paid_at")
-        .values_list("host", "id", "scheme", "macaroon", "preimage")
+def _open_attempt(row: PaymentAttempt) -> OpenAttempt:
+    return OpenAttempt(
+        attempt_id=row.pk,
+        destination=row.destination,
+        state=row.state,
+        scheme=row.scheme,
+        payment_hash=row.payment_hash,
+        amount_msat=row.amount_msat,
+        pay_amount_msat=row.pay_amount_msat,
+        invoice_expires_at=row.invoice_expires_at.timestamp(),
+        expires_at=row.expires_at.timestamp(),
+        invoice=row.invoice,
+        macaroon=row.macaroon,
+        preimage=row.preimage,
     )
-    for host, pk, scheme, macaroon, preimage in rows:
-        found.setdefault(host, KeptToken(pk, host, scheme, macaroon, preimage))
-    return found
 
 
 def paying_hosts(hosts: Iterable[str]) -> dict[str, int | None]:

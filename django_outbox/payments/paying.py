@@ -18,6 +18,14 @@ paid at the delivery's next claim, after the node is asked whether it already wa
 A client that times out, or answers what cannot be trusted, leaves the attempt
 ``pending``: the next attempt asks ``lookup`` again, and pays only if the node says
 the payment failed or never started.
+
+For ``HOLD_WHILE_PAYING`` seconds after one of its deliveries met a payable 402, a
+process sends nothing to that host without a token or an attempt of its own: until
+the recorder has stored that challenge (and claims park the others), each such
+request would only meet a 402 to decode and hold.  They are held without a request.
+A 402 met meanwhile without a token, or while the claim knew the host was being
+paid for another delivery (a kept token refused), is held without decoding its
+invoice.
 """
 
 from __future__ import annotations
@@ -59,12 +67,15 @@ from django_outbox.transport.target import parse_target
 @dataclass(frozen=True)
 class PaymentJob:
     """What a claim hands a sending thread for paying: the settings, the process's client,
-    the delivery's open attempt and the host's kept token (either may be None)."""
+    the delivery's open attempt and the host's kept token (either may be None), and
+    whether the host is being paid for another delivery."""
 
     settings: PaymentSettings
     client: PaymentClient = field(repr=False)
     open: OpenAttempt | None = None
     token: KeptToken | None = None
+    #: Whether another delivery's payment to the host was under way at the claim.
+    paying: bool = False
 
 
 @dataclass(frozen=True)
@@ -77,10 +88,22 @@ class Exchange:
     status: int | None = None
     error: str = ""
     report: PaymentReport | None = None
+    #: Seconds to wait, for a delivery held without a request.
+    held_for: float | None = None
 
 
 _clients: dict[int, tuple[PaymentSettings, PaymentClient]] = {}
 _clients_lock = Lock()
+#: Host -> monotonic time until which this process sends no delivery there without
+#: a token: one of its deliveries met a payable 402 there, which the recorder is
+#: storing as the host's pending attempt (after which the claims park the others).
+_challenged: dict[str, float] = {}
+
+
+def met_402_lately(host: str) -> bool:
+    """Whether a delivery of this process met a payable 402 at ``host`` less than
+    ``HOLD_WHILE_PAYING`` seconds ago (the recorder may still be storing its challenge)."""
+    return _challenged.get(host, 0.0) > time.monotonic()
 
 
 def payment_client(settings: PaymentSettings) -> PaymentClient:
@@ -226,7 +249,8 @@ def challenge_of(job: PaymentJob, url: str, size: int, response: Response) -> Ex
 async def exchange(
     job: PaymentJob, url: str, size: int, post: Callable[[str | None], Awaitable[Response]]
 ) -> Exchange:
-    """One attempt at ``url`` with payments: ``post(authorization)`` sends the request.
+    """One attempt at ``url`` with payments: ``post(authorization)`` sends the request
+    (or none, held, when this process met a payable 402 there a moment ago).
 
     The payment client blocks (it asks a Lightning node): it runs on the event loop's
     executor, never on the loop.
@@ -236,7 +260,8 @@ async def exchange(
     presented: tuple[int, Change] | None = None  # the attempt whose token goes, and if refused
     # A token is a bearer secret: it goes only where it was bought.
     own = job.open if job.open is not None and job.open.destination == url else None
-    token = job.token if job.token is not None and job.token.host == _host(url) else None
+    host = _host(url)
+    token = job.token if job.token is not None and job.token.host == host else None
     if own is not None:
         loop = asyncio.get_running_loop()
         settled = await loop.run_in_executor(None, _settle_open, replace(job, open=own), trail)
@@ -247,6 +272,12 @@ async def exchange(
     if authorization is None and token is not None:
         authorization = token.authorization()
         presented = (token.attempt_id, Change.RETIRED)
+    if own is None and token is None and met_402_lately(host):
+        return trail.ends(
+            AttemptResult.HELD,
+            "held: another delivery met this host's 402 a moment ago",
+            held_for=job.settings.hold_while_paying,
+        )
     try:
         response = await post(authorization)
     except BlockedAddress as error:
@@ -263,11 +294,17 @@ async def exchange(
             trail.add(attempt_id, refused, reason=f"HTTP {response.status} to the paid token")
     if not _wants_payment(response):
         return Exchange(response=response, report=trail.report())
+    if own is None and (job.paying or (token is None and met_402_lately(host))):
+        # Its invoice would be decoded (milliseconds) only for the recorder to hold it.
+        held = "held: another payment to this host is under way"
+        wait = job.settings.hold_while_paying
+        return trail.ends(AttemptResult.HELD, held, status=response.status, held_for=wait)
     found = challenge_of(job, url, size, response)
     if isinstance(found, Exchange):
         return Exchange(
             result=found.result, status=found.status, error=found.error, report=trail.report()
         )
+    _challenged[host] = time.monotonic() + job.settings.hold_while_paying
     asked = f"payment required: {found.amount_msat} msat (invoice {found.payment_hash[:12]})"
     return Exchange(
         result=AttemptResult.PAYING,

@@ -6,7 +6,7 @@ live deliveries, :mod:`~django_outbox.store.reclaim` takes back those of lost wo
                 send()                             send() behind a live delivery
       (none) ─────────────► queued ◄──────────────── waiting   with its ordering key
                            │  ▲    promote: the one before it finished
-                     claim │  │ release, retry, hold, owner dead, lease lapsed
+                     claim │  │ release, retry, hold, park, owner dead, lease lapsed
                            ▼  │
                           sending ───► delivered │ refused │ skipped     (settled)
                            │
@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.utils import timezone
 
 from django_outbox.backoff import decide
@@ -175,12 +175,9 @@ def release(rows: Sequence[ClaimedRow]) -> Lanes:
     hundreds, and on SQLite each commit is a disk sync.  A row that finished
     meanwhile is left alone, and its Celery message will find nothing to claim.
     """
-    by_token: dict[str, list[int]] = {}
-    for row in rows:
-        by_token.setdefault(row.token, []).append(row.id)
     now = timezone.now()
     with transaction.atomic():
-        for token, ids in by_token.items():
+        for token, ids in _ids_by_token(rows).items():
             Delivery.objects.filter(
                 id__in=ids, claimed_by=token, state=DeliveryState.SENDING
             ).update(
@@ -191,6 +188,40 @@ def release(rows: Sequence[ClaimedRow]) -> Lanes:
                 **_UNCLAIMED,
             )
     return by_lane((row.id, row.lane) for row in rows)
+
+
+def _ids_by_token(rows: Iterable[ClaimedRow]) -> dict[str, list[int]]:
+    by_token: dict[str, list[int]] = {}
+    for row in rows:
+        by_token.setdefault(row.token, []).append(row.id)
+    return by_token
+
+
+def park(until: Sequence[tuple[ClaimedRow, datetime]], error: str) -> None:
+    """Give claimed deliveries back unsent, each ``(row, due)`` of ``until`` due then, in one
+    statement: no outcome, no history row, no message (a hold is not an attempt).
+
+    Their attempt is refunded and ``dispatched_at`` emptied, so that the publishing of
+    due deliveries (the recovery pass, the sweeper) sends them once due, wherever this
+    process is by then; ``last_error`` says why they wait.
+    """
+    if not until:
+        return
+    claimed = Q()
+    for token, ids in _ids_by_token(row for row, _ in until).items():
+        claimed |= Q(id__in=ids, claimed_by=token)
+    due = Case(
+        *(When(id=row.id, then=Value(at)) for row, at in until),
+        output_field=DateTimeField(),
+    )
+    Delivery.objects.filter(claimed, state=DeliveryState.SENDING).update(
+        state=DeliveryState.QUEUED,
+        attempts=_UNSPEND,
+        next_attempt_at=due,
+        dispatched_at=None,
+        last_error=stored_error(error),
+        **_UNCLAIMED,
+    )
 
 
 # ----------------------------------------------------------------- outcomes ---

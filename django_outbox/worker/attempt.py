@@ -276,4 +276,6 @@ async def _paid_attempt(
     if done.response is not None:
         return _judge(done.response)._replace(payment=done.report)
     assert done.result is not None
-    return _Ending(done.result, done.status, done.error, payment=done.report)
+    return _Ending(
+        done.result, done.status, done.error, held_for=done.held_for, payment=done.report
+    )

@@ -19,10 +19,12 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 
 from django.db import DatabaseError
 from django.utils import timezone
 
+from django_outbox.backoff import held_until
 from django_outbox.breakers.configured import configured_policy, configured_store
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
@@ -36,7 +38,7 @@ from django_outbox.signing.schemes import recall
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookKeys, as_webhook_keys
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.queries import not_yet_due
-from django_outbox.store.transitions import claim, release
+from django_outbox.store.transitions import claim, park, release
 from django_outbox.transport import Transport
 from django_outbox.worker.attempt import Job, first_origins, perform
 from django_outbox.worker.engine import Engine
@@ -58,6 +60,8 @@ _URGENT_POLL = 0.05
 _ROOM_WAIT_LIMIT = 10.0
 #: More ids than any task carries.
 _NO_LIMIT = 1 << 30
+#: Why a delivery waits while another one pays its host.
+_PAYING = "held: a payment to this host is under way"
 
 
 class WorkerProcess:
@@ -223,8 +227,10 @@ def prepare_jobs(
     of every claimed row; ``key_for`` gives a sender's key and
     ``webhook_keys_for`` an endpoint's secrets (by default, the resolver's
     answer, asked each time).  With ``OUTBOX_PAYMENTS`` set, each job carries
-    its delivery's open payment attempt and its host's kept token, and a
-    delivery whose host another one is paying is held.
+    its delivery's open payment attempt and its host's kept token, and the
+    deliveries whose host another one is paying are parked until their hold
+    ends, in one statement (no outcome: a hold is not an attempt), unless
+    their batch's deadline comes first.
     """
     payments, wait = payment_jobs(claimed)
     now = timezone.now()
@@ -235,6 +241,7 @@ def prepare_jobs(
     lease = conf.LEASE_SECONDS
     send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
     jobs: list[Job] = []
+    parked: list[tuple[ClaimedRow, datetime]] = []
     for row in claimed:
         message = messages[row.message_id]
         if message.deadline is not None and message.deadline <= now:
@@ -252,12 +259,18 @@ def prepare_jobs(
             continue
         if isinstance(signer, str):
             settle(Outcome(row, message, AttemptResult.REFUSED, error=signer))
-        elif row.id in wait:
-            error = "held: a payment to this host is under way"
-            settle(Outcome(row, message, AttemptResult.HELD, error=error, held_for=wait[row.id]))
-        else:
-            extra = _synchronization(message, row.inbox)
-            jobs.append(Job(row, message, signer, send_by, extra, payments.get(row.id)))
+            continue
+        if row.id in wait:
+            decision = held_until(now, wait[row.id], message.deadline)
+            if decision.retry_at is not None:
+                parked.append((row, decision.retry_at))
+                continue
+            # Its batch's deadline comes first: the recorder fails it.
+            settle(Outcome(row, message, AttemptResult.HELD, error=_PAYING, held_for=wait[row.id]))
+            continue
+        extra = _synchronization(message, row.inbox)
+        jobs.append(Job(row, message, signer, send_by, extra, payments.get(row.id)))
+    park(parked, _PAYING)
     return jobs
 
 

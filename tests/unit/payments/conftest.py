@@ -1,6 +1,7 @@
 """Fixtures for the paid-push unit tests: a fake Lightning network on loopback.
 
-No Redis, no database.  One :class:`~testproject.lightning.issuer.InvoiceRegistry`
+No Redis (``memory_caches`` keeps a worker's caches in memory).  One
+:class:`~testproject.lightning.issuer.InvoiceRegistry`
 is shared by the payee (issuer, L402 inbox) and the payer node (fake LND, fake Core
 Lightning), so payments flow through real invoices, macaroons and preimages.
 """
@@ -11,11 +12,22 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from django.test import override_settings
 
+from django_outbox.payments import claims, paying
 from testproject.lightning.cln import FakeClnServer
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
+from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
+from tests.unit.payments.rounds import payments, serve
+
+
+@pytest.fixture(autouse=True)
+def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test is a process of its own: no host met a 402 in it, no queue counted."""
+    monkeypatch.setattr(paying, "_challenged", {})
+    monkeypatch.setattr(claims, "_counted", {})
 
 
 class Clock:
@@ -58,3 +70,29 @@ def lnd(node: FakeNode) -> Iterator[FakeLndServer]:
 def cln(node: FakeNode) -> Iterator[FakeClnServer]:
     with FakeClnServer(node) as server:
         yield server
+
+
+@pytest.fixture
+def memory_caches() -> Iterator[None]:
+    """Caches in memory, for the tests that run a worker's steps without Redis."""
+    from django_outbox.signing.schemes import forget_local
+
+    memory = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    with override_settings(CACHES=memory, OUTBOX_BREAKER_CACHE=None):
+        forget_local()
+        yield
+
+
+@pytest.fixture
+def configured(lnd: FakeLndServer) -> Iterator[None]:
+    """``OUTBOX_PAYMENTS`` set, paying through ``lnd``."""
+    with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
+        yield
+
+
+@pytest.fixture
+def inbox(issuer: InvoiceIssuer) -> Iterator[L402InboxServer]:
+    """An L402 inbox that sells tokens, on loopback."""
+    server = serve(issuer)
+    yield server
+    server.stop()

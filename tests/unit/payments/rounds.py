@@ -7,8 +7,11 @@ then the delivery's state).  No Celery, no Redis.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.utils import timezone
 
+from django_outbox import outbox
 from django_outbox.models import Delivery, DeliveryState
 from django_outbox.outcomes import Outcome
 from django_outbox.store.claimed import new_token
@@ -16,6 +19,36 @@ from django_outbox.store.transitions import claim
 from django_outbox.worker.attempt import perform
 from django_outbox.worker.process import this_process
 from django_outbox.worker.recorder import apply_outcomes
+from testproject.demo.keys import ACTOR
+from testproject.lightning.issuer import InvoiceIssuer
+from testproject.lightning.l402_inbox import L402Gate, L402InboxServer
+from testproject.lightning.lnd import FakeLndServer
+
+NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "x"}
+#: What the L402 inboxes of these tests charge, in millisatoshis.
+PRICE = 10_000
+
+
+def payments(lnd: FakeLndServer, **extra: Any) -> dict[str, Any]:
+    """``OUTBOX_PAYMENTS`` paying through ``lnd`` on regtest, with ``extra`` keys."""
+    return {
+        "CLIENT": "django_outbox.payments.clients.lnd.LndRestClient",
+        "OPTIONS": {"url": lnd.url, "macaroon_hex": lnd.macaroon_hex, "timeout": 5},
+        "NETWORK": "bcrt",
+        "MAX_FEE_MSAT": 100,
+        **extra,
+    }
+
+
+def serve(issuer: InvoiceIssuer, **options: Any) -> L402InboxServer:
+    """An L402 inbox charging :data:`PRICE`, started."""
+    return L402InboxServer(L402Gate(issuer, price_msat=PRICE, **options)).start()
+
+
+def send(*urls: str) -> list[int]:
+    """Send one note to ``urls``; the ids of its deliveries, in order."""
+    outbox.send(ACTOR, NOTE, list(urls))
+    return list(Delivery.objects.filter(inbox__in=urls).order_by("id").values_list("id", flat=True))
 
 
 class Collected:

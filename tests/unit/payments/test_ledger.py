@@ -19,7 +19,8 @@ from django.utils import timezone
 
 from django_outbox import outbox
 from django_outbox.models import Delivery, DeliveryState, PaymentAttempt, PaymentBudget
-from django_outbox.payments.lookups import kept_tokens, open_attempts, spent_today
+from django_outbox.payments import paying
+from django_outbox.payments.lookups import claim_lookup, spent_today
 from django_outbox.signals import (
     delivery_settled,
     payment_budget_exceeded,
@@ -31,54 +32,18 @@ from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402Gate, L402InboxServer, Mode
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
-from tests.unit.payments.rounds import attempted, recorded, round_of, state
+from tests.unit.payments.rounds import (
+    PRICE,
+    attempted,
+    payments,
+    recorded,
+    round_of,
+    send,
+    serve,
+    state,
+)
 
-pytestmark = pytest.mark.django_db
-NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "x"}
-PRICE = 10_000
-
-
-def payments(lnd: FakeLndServer, **extra: Any) -> dict[str, Any]:
-    return {
-        "CLIENT": "django_outbox.payments.clients.lnd.LndRestClient",
-        "OPTIONS": {"url": lnd.url, "macaroon_hex": lnd.macaroon_hex, "timeout": 5},
-        "NETWORK": "bcrt",
-        "MAX_FEE_MSAT": 100,
-        **extra,
-    }
-
-
-@pytest.fixture(autouse=True)
-def _no_redis() -> Iterator[None]:
-    """Caches in memory: these tests run without Redis."""
-    from django_outbox.signing.schemes import forget_local
-
-    memory = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    with override_settings(CACHES=memory, OUTBOX_BREAKER_CACHE=None):
-        forget_local()
-        yield
-
-
-@pytest.fixture
-def configured(lnd: FakeLndServer) -> Iterator[None]:
-    with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
-        yield
-
-
-def serve(issuer: InvoiceIssuer, **options: Any) -> L402InboxServer:
-    return L402InboxServer(L402Gate(issuer, price_msat=PRICE, **options)).start()
-
-
-@pytest.fixture
-def inbox(issuer: InvoiceIssuer) -> Iterator[L402InboxServer]:
-    server = serve(issuer)
-    yield server
-    server.stop()
-
-
-def send(*urls: str) -> list[int]:
-    outbox.send(ACTOR, NOTE, list(urls))
-    return list(Delivery.objects.filter(inbox__in=urls).order_by("id").values_list("id", flat=True))
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_caches")]
 
 
 Catch = Callable[[Signal], list[dict[str, Any]]]
@@ -138,7 +103,7 @@ def test_a_kept_token_opens_the_host_again_without_paying(
     [first] = send(inbox.url("/a"))
     round_of([first])
     round_of([first])
-    token = kept_tokens([inbox.host])[inbox.host]
+    token = claim_lookup([], [inbox.host]).tokens[inbox.host]
     [second] = send(inbox.url("/b"))
     [outcome] = round_of([second])
     assert outcome.result == "delivered"
@@ -183,13 +148,14 @@ def test_two_deliveries_meeting_a_402_at_once_pay_once(
 
 @pytest.mark.usefixtures("configured")
 def test_a_402_met_while_another_delivery_bought_a_token_tries_that_token(
-    inbox: L402InboxServer, node: FakeNode
+    inbox: L402InboxServer, node: FakeNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another worker sent ``late`` before any payment began and records its 402 after
     that payment was made and its token used: ``late`` waits for the token, pays nothing."""
     first, late = send(inbox.url("/a"), inbox.url("/b"))
     [challenged] = attempted([late])
     assert challenged.result == "paying"
+    monkeypatch.setattr(paying, "_challenged", {})  # the other worker's process
     round_of([first])
     round_of([first])
     assert state(first) == DeliveryState.DELIVERED
@@ -258,7 +224,7 @@ def test_a_failed_payment_gives_its_budget_back(inbox: L402InboxServer, node: Fa
     assert attempt.state == "failed"
     assert attempt.paid_at is None
     assert spent_today(ACTOR) == 0
-    assert open_attempts([pk]) == {}
+    assert claim_lookup([pk], []).attempts == {}
     assert Delivery.objects.get(pk=pk).attempts == 1
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 import pytest
 
 from django_outbox.outcomes import AttemptResult
+from django_outbox.payments import paying
 from django_outbox.payments.clients.lnd import LndRestClient
 from django_outbox.payments.paying import Exchange, PaymentJob, exchange
 from django_outbox.payments.reports import Challenge, Change, KeptToken, OpenAttempt
@@ -225,9 +226,10 @@ def test_a_rejected_paid_token_fails_and_the_new_invoice_is_reported(
 
 
 def test_a_kept_token_is_presented_first_and_retired_when_refused(
-    lnd: FakeLndServer, node: FakeNode, issuer: InvoiceIssuer
+    lnd: FakeLndServer, node: FakeNode, issuer: InvoiceIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for mode, accepted in ((Mode.PER_TOKEN, True), (Mode.PER_MESSAGE, False)):
+        monkeypatch.setattr(paying, "_challenged", {})  # each gate met by a process of its own
         gate = L402Gate(issuer, price_msat=None, mode=mode)
         inbox = Inbox(gate)
         attempt = stored(challenge_from(exchanged(job(lnd), URL, BODY_SIZE, inbox)))
