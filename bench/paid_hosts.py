@@ -77,11 +77,13 @@ def fan_out(free: Farm, paid: PaidFarm | None) -> tuple[list[str], set[str]]:
 
 def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
     """What the paid hosts got so far: deliveries, payments, holds recorded as attempts
-    (in the history), deliveries parked by a claim while their host is paid, 402s met."""
-    from django.db.models import Sum
+    (in the history), deliveries parked (by a claim, or by the recorder for a hold met
+    after the claim) while their host is paid, 402s met."""
+    from django.db.models import Q, Sum
 
     from django_outbox.models import Attempt, Delivery
     from django_outbox.payments.models import PaymentAttempt
+    from django_outbox.payments.reports import PARKED_HOLDS
 
     history = Attempt.objects.filter(host__in=paid_hosts)
     rows = Delivery.objects.filter(host__in=paid_hosts)
@@ -89,7 +91,10 @@ def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
         "paid_delivered": rows.filter(state="delivered").count(),
         "payments": PaymentAttempt.objects.filter(paid_at__isnull=False).count(),
         "holds": history.filter(held=True).aggregate(n=Sum("times"))["n"] or 0,
-        "parked": rows.filter(state="queued", last_error__startswith="held: a payment").count(),
+        "parked": rows.filter(
+            Q(last_error__startswith="held: a payment") | Q(last_error__in=PARKED_HOLDS),
+            state="queued",
+        ).count(),
         "challenges_met": history.filter(result="paying").count(),
         "at_s": time.time() - started,
     }

@@ -52,6 +52,8 @@ from django_outbox.payments.errors import (
 )
 from django_outbox.payments.invoices import check_challenge
 from django_outbox.payments.reports import (
+    MET_402_LATELY,
+    PAYING_ELSEWHERE,
     Challenge,
     Change,
     KeptToken,
@@ -275,7 +277,7 @@ async def exchange(
     if own is None and token is None and met_402_lately(host):
         return trail.ends(
             AttemptResult.HELD,
-            "held: another delivery met this host's 402 a moment ago",
+            MET_402_LATELY,
             held_for=job.settings.hold_while_paying,
         )
     try:
@@ -296,9 +298,10 @@ async def exchange(
         return Exchange(response=response, report=trail.report())
     if own is None and (job.paying or (token is None and met_402_lately(host))):
         # Its invoice would be decoded (milliseconds) only for the recorder to hold it.
-        held = "held: another payment to this host is under way"
         wait = job.settings.hold_while_paying
-        return trail.ends(AttemptResult.HELD, held, status=response.status, held_for=wait)
+        return trail.ends(
+            AttemptResult.HELD, PAYING_ELSEWHERE, status=response.status, held_for=wait
+        )
     found = challenge_of(job, url, size, response)
     if isinstance(found, Exchange):
         return Exchange(
