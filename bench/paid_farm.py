@@ -1,10 +1,12 @@
-"""Hosts that charge per message, and the fake LND that pays them, out of the bench's process.
+"""Hosts that charge, and the fake LND that pays them, out of the bench's process.
 
-    python -m bench.paid_farm --count 10 --first-address 127.0.3.2 --price-msat 1000
+    python -m bench.paid_farm --count 10 --first-address 127.0.3.2 --price-msat 1000 \
+        [--mode per-message|per-token]
 
 serves ``count`` loopback inbox hosts (a :class:`~testproject.inbox_servers.ServerFarm`)
-whose every path is behind one L402 gate, and a fake LND REST node that settles their
-invoices (both share one invoice registry).  Prints one JSON line ``{"urls": [...],
+whose every path is behind one L402 gate (a token opens them for one message, the
+default, or for its lifetime with ``--mode per-token``), and a fake LND REST node that
+settles their invoices (both share one invoice registry).  Prints one JSON line ``{"urls": [...],
 "lnd_url": url, "lnd_macaroon_hex": hex, "pid": N}``, serves until SIGTERM or SIGINT,
 then prints ``{"requests": N, "payments": N, "decisions": {...}}`` to stderr.
 

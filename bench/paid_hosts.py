@@ -1,18 +1,20 @@
-"""Paid hosts: the unpaid hosts' delivery rate when 10% of the hosts charge per message.
+"""Paid hosts: the unpaid hosts' delivery rate when 10% of the hosts charge.
 
 ``python -m bench.paid_hosts [--quick]`` runs one workload on a fresh worker with the
-README's command and the package defaults, in three variants, each ``repeats`` times
+README's command and the package defaults, in four variants, each ``repeats`` times
 (interleaved, so that a busy spell of the shared machine does not fall on one variant):
 payments off (the package as most sites run it), payments on with every host free,
-and payments on with a tenth of the hosts behind an L402 gate that charges for every
-message (the costliest kind: each delivery there is a 402, a stored attempt, a
-payment and a second request).
+payments on with a tenth of the hosts behind an L402 gate that charges for every
+message (``10%-paid``, the costliest kind and the headline: each delivery there is a
+402, a stored attempt, a payment and a second request), and payments on with a tenth
+of the hosts selling a token that opens them for its lifetime (``10%-paid-per-token``,
+the usual L402 deployment: each host is paid once, then its deliveries carry the token).
 
 Everything but the worker runs out of this process: 100 free hosts in one
-(``python -m testproject.inbox_servers``), 10 charging hosts and the fake LND that
-pays them in another (``python -m bench.paid_farm``), both started once.  The
-10%-paid variant sends to 90 of the free hosts and the 10 charging ones, every tenth
-URL of the fan-out a charging one.  Reported per run: the unpaid hosts' delivery rate
+(``python -m testproject.inbox_servers``), and for each kind of charging 10 hosts and
+the fake LND that pays them in another (``python -m bench.paid_farm``), all started
+once.  A paid variant sends to 90 of the free hosts and its 10 charging ones, every
+tenth URL of the fan-out a charging one.  Reported per run: the unpaid hosts' delivery rate
 (delivered to unpaid hosts / time from the first ``send`` to the last such delivery),
 the worker's CPU per unpaid delivery (all it did, paid hosts included, over the unpaid
 deliveries), and for the paid hosts in that time: deliveries, payments (from the
@@ -75,11 +77,13 @@ def fan_out(free: Farm, paid: PaidFarm | None) -> tuple[list[str], set[str]]:
 
 def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
     """What the paid hosts got so far: deliveries, payments, holds recorded as attempts
-    (in the history), deliveries parked by a claim while their host is paid, 402s met."""
-    from django.db.models import Sum
+    (in the history), deliveries parked (by a claim, or by the recorder for a hold met
+    after the claim) while their host is paid, 402s met."""
+    from django.db.models import Q, Sum
 
     from django_outbox.models import Attempt, Delivery
     from django_outbox.payments.models import PaymentAttempt
+    from django_outbox.payments.reports import PARKED_HOLDS
 
     history = Attempt.objects.filter(host__in=paid_hosts)
     rows = Delivery.objects.filter(host__in=paid_hosts)
@@ -87,7 +91,10 @@ def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
         "paid_delivered": rows.filter(state="delivered").count(),
         "payments": PaymentAttempt.objects.filter(paid_at__isnull=False).count(),
         "holds": history.filter(held=True).aggregate(n=Sum("times"))["n"] or 0,
-        "parked": rows.filter(state="queued", last_error__startswith="held: a payment").count(),
+        "parked": rows.filter(
+            Q(last_error__startswith="held: a payment") | Q(last_error__in=PARKED_HOLDS),
+            state="queued",
+        ).count(),
         "challenges_met": history.filter(result="paying").count(),
         "at_s": time.time() - started,
     }
@@ -104,6 +111,16 @@ def _cpu_now(worker: Worker, farms: tuple[Farm, PaidFarm]) -> dict[str, float]:
         "bench": sum(os.times()[:2]),
         "machine": machine_busy()[0],
     }
+
+
+def _ratios(results: dict[str, Any], label: str) -> tuple[float, float]:
+    """The unpaid rate of variant ``label`` over the all-unpaid one (medians), and the
+    all-unpaid worker CPU per unpaid delivery over ``label``'s: the share of the
+    worker's capacity left to unpaid hosts, steadier than the rate on a shared machine."""
+    base, paying = results["all-unpaid"], results[label]
+    rate = paying["rate"]["median"] / base["rate"]["median"]
+    cpu = base["cpu_ms_per_unpaid"]["median"] / paying["cpu_ms_per_unpaid"]["median"]
+    return rate, cpu
 
 
 def one_run(
@@ -165,7 +182,7 @@ def one_run(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the three variants ``repeats`` times, interleaved, and save the figures."""
+    """Run the four variants ``repeats`` times, interleaved, and save the figures."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="one run each, fewer messages")
     parser.add_argument("--messages", type=int, default=0, help="activities per run")
@@ -177,19 +194,27 @@ def main(argv: list[str] | None = None) -> int:
     repeats = options.repeats or (1 if options.quick else 3)
     results: dict[str, Any] = {"machine": machine(), "hosts": HOSTS, "messages": messages}
     runs: dict[str, list[dict[str, Any]]] = {}
-    charging = PaidFarm(env, HOSTS // PAID_EVERY, price_msat=PRICE_MSAT)
-    with Farm(env, HOSTS) as free, charging as paid:
+    count = HOSTS // PAID_EVERY
+    charging = PaidFarm(env, count, price_msat=PRICE_MSAT)
+    selling = PaidFarm(env, count, price_msat=PRICE_MSAT, first="127.0.4.2", mode="per-token")
+    with Farm(env, HOSTS) as free, charging as paid, selling as tokens:
         pay = {"OUTBOX_PAYMENTS": payments_setting(paid)}
         variants = {
-            "payments-off": (fan_out(free, None), {}),
-            "all-unpaid": (fan_out(free, None), pay),
-            "10%-paid": (fan_out(free, paid), pay),
+            "payments-off": (paid, fan_out(free, None), {}),
+            "all-unpaid": (paid, fan_out(free, None), pay),
+            "10%-paid": (paid, fan_out(free, paid), pay),
+            "10%-paid-per-token": (
+                tokens,
+                fan_out(free, tokens),
+                {"OUTBOX_PAYMENTS": payments_setting(tokens)},
+            ),
         }
         retries = RETRIES
         for i in range(repeats):
-            for label, ((urls, paid_hosts), settings) in variants.items():
+            for label, (farm, (urls, paid_hosts), settings) in variants.items():
                 while True:
-                    figures = one_run(env, (free, paid), urls, paid_hosts, messages, settings)
+                    farms = (free, farm)
+                    figures = one_run(env, farms, urls, paid_hosts, messages, settings)
                     log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
                     runs.setdefault(label, []).append(figures)
                     if not figures["disturbed"] or retries == 0:
@@ -202,18 +227,15 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_ms_per_unpaid": summary([r["worker_cpu_ms_per_unpaid"] for r in done]),
             "runs": tried,
         }
-    results["paid_farm"] = paid.summary
-    base, paying = results["all-unpaid"], results["10%-paid"]
-    results["ratio"] = paying["rate"]["median"] / base["rate"]["median"]
-    # The worker's CPU per unpaid delivery is steadier than the rate on a shared machine:
-    # all-unpaid over 10%-paid is the share of the worker's capacity left to unpaid hosts.
-    results["cpu_ratio"] = (
-        base["cpu_ms_per_unpaid"]["median"] / paying["cpu_ms_per_unpaid"]["median"]
-    )
+    results["paid_farm"], results["token_farm"] = paid.summary, tokens.summary
+    results["ratio"], results["cpu_ratio"] = _ratios(results, "10%-paid")
+    results["token_ratio"], results["token_cpu_ratio"] = _ratios(results, "10%-paid-per-token")
     save_json(RESULTS_DIR / "paid_hosts.json", results)
     log(
         f"unpaid hosts' rate with 10% paid hosts: {results['ratio']:.0%} of the all-unpaid "
-        f"run (target 90%); worker CPU per unpaid delivery: {results['cpu_ratio']:.0%}"
+        f"run (target 90%); worker CPU per unpaid delivery: {results['cpu_ratio']:.0%}; "
+        f"with hosts selling tokens: {results['token_ratio']:.0%}, "
+        f"{results['token_cpu_ratio']:.0%}"
     )
     return 0
 

@@ -108,16 +108,23 @@ class Farm:
 
 class PaidFarm(Farm):
     """``python -m bench.paid_farm``: ``count`` hosts charging ``price_msat`` per message
+    (``mode`` ``"per-message"``) or per token, reusable for its lifetime (``"per-token"``),
     and the fake LND that pays them (``ready["lnd_url"]``, ``ready["lnd_macaroon_hex"]``);
     ``summary`` has the payments the node made once it stopped."""
 
     module = "bench.paid_farm"
 
     def __init__(
-        self, env: Env, count: int, *, price_msat: int = 1_000, first: str = "127.0.3.2"
+        self,
+        env: Env,
+        count: int,
+        *,
+        price_msat: int = 1_000,
+        first: str = "127.0.3.2",
+        mode: str = "per-message",
     ) -> None:
         super().__init__(env, count, first=first)
-        self.price_msat = price_msat
+        self.price_msat, self.mode = price_msat, mode
 
     def args(self) -> list[str]:
         """The paid farm's command-line arguments."""
@@ -128,6 +135,8 @@ class PaidFarm(Farm):
             str(self.price_msat),
             "--first-address",
             self.first,
+            "--mode",
+            self.mode,
         ]
 
 

@@ -32,7 +32,13 @@ from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.claims import hold_for
 from django_outbox.payments.lookups import bought_meanwhile, day_of, paying_hosts, spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
-from django_outbox.payments.reports import Challenge, Change, Settlement
+from django_outbox.payments.reports import (
+    BOUGHT_MEANWHILE,
+    PAYING_ELSEWHERE,
+    Challenge,
+    Change,
+    Settlement,
+)
 from django_outbox.payments.settings import PaymentSettings
 from django_outbox.signals import (
     payment_budget_exceeded,
@@ -171,8 +177,7 @@ class _Batch:
         if host not in self.queued:
             self.queued[host] = queued_per_host([host]).get(host, 0)
         wait = hold_for(self.settings.hold_while_paying, self.queued[host])
-        error = "held: another payment to this host is under way"
-        return replace(outcome, result=AttemptResult.HELD, error=error, held_for=wait)
+        return replace(outcome, result=AttemptResult.HELD, error=PAYING_ELSEWHERE, held_for=wait)
 
 
 def _record(outcome: Outcome, batch: _Batch) -> Outcome:
@@ -288,10 +293,8 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
             if not _reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
                 raise _OverBudget
     except _BoughtMeanwhile:
-        error = "held: a token for this host was bought while this delivery was sent"
-        return replace(
-            outcome, result=AttemptResult.HELD, error=error, held_for=settings.hold_while_paying
-        )
+        wait = settings.hold_while_paying
+        return replace(outcome, result=AttemptResult.HELD, error=BOUGHT_MEANWHILE, held_for=wait)
     except _OverBudget:
         batch.signals.over_budget.append(
             {

@@ -19,13 +19,14 @@ A client that times out, or answers what cannot be trusted, leaves the attempt
 ``pending``: the next attempt asks ``lookup`` again, and pays only if the node says
 the payment failed or never started.
 
-For ``HOLD_WHILE_PAYING`` seconds after one of its deliveries met a payable 402, a
+For ``HOLD_WHILE_PAYING`` seconds after one of its deliveries met a payable 402 (or
+until one of its deliveries is accepted with a token it paid for there), a
 process sends nothing to that host without a token or an attempt of its own: until
 the recorder has stored that challenge (and claims park the others), each such
 request would only meet a 402 to decode and hold.  They are held without a request.
-A 402 met meanwhile without a token, or while the claim knew the host was being
-paid for another delivery (a kept token refused), is held without decoding its
-invoice.
+A 402 met meanwhile (without a token, or to a kept token that a host charging per
+message refuses), or while the claim knew the host was being paid for another
+delivery, is held without decoding its invoice.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ from django_outbox.payments.errors import (
 )
 from django_outbox.payments.invoices import check_challenge
 from django_outbox.payments.reports import (
+    MET_402_LATELY,
+    PAYING_ELSEWHERE,
     Challenge,
     Change,
     KeptToken,
@@ -102,7 +105,8 @@ _challenged: dict[str, float] = {}
 
 def met_402_lately(host: str) -> bool:
     """Whether a delivery of this process met a payable 402 at ``host`` less than
-    ``HOLD_WHILE_PAYING`` seconds ago (the recorder may still be storing its challenge)."""
+    ``HOLD_WHILE_PAYING`` seconds ago (the recorder may still be storing its challenge),
+    and no delivery of it was accepted there since with a token it paid for."""
     return _challenged.get(host, 0.0) > time.monotonic()
 
 
@@ -275,7 +279,7 @@ async def exchange(
     if own is None and token is None and met_402_lately(host):
         return trail.ends(
             AttemptResult.HELD,
-            "held: another delivery met this host's 402 a moment ago",
+            MET_402_LATELY,
             held_for=job.settings.hold_while_paying,
         )
     try:
@@ -290,15 +294,19 @@ async def exchange(
             trail.add(attempt_id, Change.USED)
             if own is not None and attempt_id == own.attempt_id:
                 trail.paid_msat = own.amount_msat
+                _challenged.pop(host, None)  # that payment is over
         elif _wants_payment(response):
             trail.add(attempt_id, refused, reason=f"HTTP {response.status} to the paid token")
     if not _wants_payment(response):
         return Exchange(response=response, report=trail.report())
-    if own is None and (job.paying or (token is None and met_402_lately(host))):
-        # Its invoice would be decoded (milliseconds) only for the recorder to hold it.
-        held = "held: another payment to this host is under way"
+    if own is None and (job.paying or met_402_lately(host)):
+        # Its invoice would be decoded (milliseconds) only for the recorder to hold it:
+        # the host's payment under way is another delivery's (a kept token refused here
+        # is retired all the same).
         wait = job.settings.hold_while_paying
-        return trail.ends(AttemptResult.HELD, held, status=response.status, held_for=wait)
+        return trail.ends(
+            AttemptResult.HELD, PAYING_ELSEWHERE, status=response.status, held_for=wait
+        )
     found = challenge_of(job, url, size, response)
     if isinstance(found, Exchange):
         return Exchange(

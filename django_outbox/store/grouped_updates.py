@@ -22,7 +22,7 @@ from django.db.models.expressions import RawSQL
 
 #: Rows per UPDATE that sets each its own retry time (two parameters a row, and
 #: SQLite may allow no more than 999 in a statement).
-_TIMED_ROWS = 250
+TIMED_ROWS = 250
 _TIME = "next_attempt_at"
 #: Stands for the retry time in a group's key: each row has its own.
 _EACH = object()
@@ -55,10 +55,9 @@ class GroupedUpdates:
                 yield from _statement(claims, values)
                 continue
             ids = [pk for pks in claims.values() for pk in pks]
-            for start in range(0, len(ids), _TIMED_ROWS):
-                times = {pk: self._times[pk] for pk in ids[start : start + _TIMED_ROWS]}
-                distinct = set(times.values())
-                values[_TIME] = distinct.pop() if len(distinct) == 1 else _each_its_own(times)
+            for start in range(0, len(ids), TIMED_ROWS):
+                times = {pk: self._times[pk] for pk in ids[start : start + TIMED_ROWS]}
+                values[_TIME] = each_its_own(times)
                 part = {token: [pk for pk in pks if pk in times] for token, pks in claims.items()}
                 yield from _statement(part, dict(values))
 
@@ -75,12 +74,17 @@ def _statement(
         yield claimed, values
 
 
-def _each_its_own(times: dict[int, datetime]) -> RawSQL:
-    """``CASE id WHEN pk THEN time ... ELSE next_attempt_at END``.
+def each_its_own(times: dict[int, datetime]) -> datetime | RawSQL:
+    """What to set ``next_attempt_at`` to so that each row of ``times`` (id: time, at
+    most :data:`TIMED_ROWS`) gets its own: the one time they share, else
+    ``CASE id WHEN pk THEN time ... ELSE next_attempt_at END``.
 
-    Written out rather than built from ``Case(When(...))``, whose hundreds of
-    lookups cost more to compile than the rest of the batch.
+    Written out rather than built from ``Case(When(...))``, whose lookups cost more
+    to compile than the rest of the statement.
     """
+    distinct = set(times.values())
+    if len(distinct) == 1:
+        return distinct.pop()
     quote, adapt = connection.ops.quote_name, connection.ops.adapt_datetimefield_value
     whens = " ".join(["WHEN %s THEN %s"] * len(times))
     sql = f"CASE {quote('id')} {whens} ELSE {quote(_TIME)} END"

@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import Case, DateTimeField, F, Q, Value, When
+from django.db.models import F, Q
 from django.utils import timezone
 
 from django_outbox.backoff import decide
@@ -46,7 +46,7 @@ from django_outbox.store.claimed import (
     check_claims,
     claimed_row,
 )
-from django_outbox.store.grouped_updates import GroupedUpdates
+from django_outbox.store.grouped_updates import TIMED_ROWS, GroupedUpdates, each_its_own
 from django_outbox.store.history import save_history
 from django_outbox.store.queries import (
     STEP,
@@ -205,23 +205,19 @@ def park(until: Sequence[tuple[ClaimedRow, datetime]], error: str) -> None:
     due deliveries (the recovery pass, the sweeper) sends them once due, wherever this
     process is by then; ``last_error`` says why they wait.
     """
-    if not until:
-        return
-    claimed = Q()
-    for token, ids in _ids_by_token(row for row, _ in until).items():
-        claimed |= Q(id__in=ids, claimed_by=token)
-    due = Case(
-        *(When(id=row.id, then=Value(at)) for row, at in until),
-        output_field=DateTimeField(),
-    )
-    Delivery.objects.filter(claimed, state=DeliveryState.SENDING).update(
-        state=DeliveryState.QUEUED,
-        attempts=_UNSPEND,
-        next_attempt_at=due,
-        dispatched_at=None,
-        last_error=stored_error(error),
-        **_UNCLAIMED,
-    )
+    for start in range(0, len(until), TIMED_ROWS):
+        part = until[start : start + TIMED_ROWS]
+        claimed = Q()
+        for token, ids in _ids_by_token(row for row, _ in part).items():
+            claimed |= Q(id__in=ids, claimed_by=token)
+        Delivery.objects.filter(claimed, state=DeliveryState.SENDING).update(
+            state=DeliveryState.QUEUED,
+            attempts=_UNSPEND,
+            next_attempt_at=each_its_own({row.id: at for row, at in part}),
+            dispatched_at=None,
+            last_error=stored_error(error),
+            **_UNCLAIMED,
+        )
 
 
 # ----------------------------------------------------------------- outcomes ---

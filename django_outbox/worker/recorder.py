@@ -6,7 +6,8 @@ whose one thread gathers them for up to :attr:`Recorder.WINDOW` and saves them
 in batches, on one connection, through :mod:`django_outbox.store.transitions`
 (each update conditional on the claim the attempt was made under).  Signals
 are sent before the batch is saved (at least once, see ``signals.py``);
-retries and successors are published after it commits.
+retries and successors are published after it commits.  Deliveries held while
+their host is paid are parked instead, as a claim parks them (no outcome saved).
 """
 
 from __future__ import annotations
@@ -17,9 +18,12 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from django.db import DatabaseError, connections
+from django.utils import timezone
 
+from django_outbox.backoff import held_until
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
 from django_outbox.metrics.recording import record_batch
@@ -27,8 +31,11 @@ from django_outbox.models import Signing
 from django_outbox.notify import AttemptSignals
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.ledger import record_payments
+from django_outbox.payments.reports import PARKED_HOLDS
+from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.transitions import (
     OutcomePlan,
+    park,
     plan_outcomes,
     promote_successors,
     save_outcomes,
@@ -44,7 +51,8 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     before saving leaves the deliveries to be sent again, and their signals
     sent again, which is what makes them at least once.  Payment reports are
     written before either (:func:`~django_outbox.payments.ledger.record_payments`),
-    and may turn an outcome into a hold or a refusal.  Returns the plan, whose
+    and may turn an outcome into a hold or a refusal; the holds while a host is paid
+    are then parked (:func:`park_payment_holds`).  Returns the plan, whose
     retries and successors :func:`publish_effects` publishes once it is saved.
     What was saved is counted for the metrics.
     """
@@ -52,7 +60,7 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     payments = conf.PAYMENTS
     if payments is not None:
         # Committed first: what was paid is kept even if the claim was lost meanwhile.
-        outcomes = record_payments(outcomes, payments)
+        outcomes = park_payment_holds(record_payments(outcomes, payments))
     plan = plan_outcomes(outcomes)
     signals = AttemptSignals()
     for outcome, fields in plan.decided:
@@ -61,6 +69,26 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     save_outcomes(plan)
     record_batch(outcomes, plan.decided)
     return plan
+
+
+def park_payment_holds(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """``outcomes`` but those held while their host is paid, which are parked until their
+    hold ends, in one statement per reason, as a claim parks the deliveries it holds: no
+    history row, no signal, no message (a hold is not an attempt).  A hold that would
+    end past its batch's deadline stays, to fail the delivery."""
+    now = timezone.now()
+    parked: dict[str, list[tuple[ClaimedRow, datetime]]] = {}
+    kept: list[Outcome] = []
+    for outcome in outcomes:
+        if outcome.result is AttemptResult.HELD and outcome.error in PARKED_HOLDS:
+            due = held_until(now, outcome.held_for or 0.0, outcome.message.deadline).retry_at
+            if due is not None:
+                parked.setdefault(outcome.error, []).append((outcome.row, due))
+                continue
+        kept.append(outcome)
+    for error, rows in parked.items():
+        park(rows, error)
+    return kept
 
 
 def publish_effects(plan: OutcomePlan) -> None:

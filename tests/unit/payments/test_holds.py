@@ -59,11 +59,7 @@ def test_a_402_from_a_host_paid_for_another_delivery_is_held_undecoded(
 ) -> None:
     """Decoding its invoice (milliseconds with bolt11) would serve nothing: the recorder
     would hold it, as the host has a pending attempt."""
-
-    def undecodable(*args: object) -> None:
-        raise AssertionError("decoded")
-
-    monkeypatch.setattr(paying, "challenge_of", undecodable)
+    monkeypatch.setattr(paying, "challenge_of", _undecodable)
     inbox = Inbox(L402Gate(issuer, price_msat=None))
     held = exchanged(job(lnd, paying=True), URL, BODY_SIZE, inbox)
     assert (held.result, held.status, held.report) == (AttemptResult.HELD, 402, None)
@@ -73,3 +69,29 @@ def test_a_402_from_a_host_paid_for_another_delivery_is_held_undecoded(
     assert refused.report is not None
     assert [s.change for s in refused.report.settlements] == [Change.RETIRED]
     assert inbox.sent == [None, token.authorization()]
+
+
+def test_after_a_402_a_kept_token_refused_there_is_held_undecoded_until_paid(
+    lnd: FakeLndServer, issuer: InvoiceIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host charging per message refuses the token kept from its last payment: while
+    this process's own 402 there is stored and paid, decoding another would serve
+    nothing.  Once that payment's token is accepted, the moment is over."""
+    inbox = Inbox(L402Gate(issuer, price_msat=None))
+    challenge = challenge_from(exchanged(job(lnd), URL, BODY_SIZE, inbox))
+    decode = paying.challenge_of
+    monkeypatch.setattr(paying, "challenge_of", _undecodable)
+    token = KeptToken(7, "paid.example", "L402", "bWFj", "00" * 32)
+    refused = exchanged(job(lnd, token=token), URL, BODY_SIZE, inbox)
+    assert (refused.result, refused.status) == (AttemptResult.HELD, 402)
+    assert refused.report is not None
+    assert [s.change for s in refused.report.settlements] == [Change.RETIRED]
+    monkeypatch.setattr(paying, "challenge_of", decode)
+    paid = exchanged(job(lnd, open=stored(challenge)), URL, BODY_SIZE, inbox)
+    assert paid.response is not None and paid.response.status == 202
+    assert challenge_from(exchanged(job(lnd), URL, BODY_SIZE, inbox)).payment_hash
+    assert len(inbox.sent) == 4
+
+
+def _undecodable(*args: object) -> None:
+    raise AssertionError("decoded")

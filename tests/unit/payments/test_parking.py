@@ -3,7 +3,8 @@
 The claim leaves them queued in the database, due when their hold ends, with no
 outcome, no history row and no message; the publishing of due deliveries (the
 recovery pass, the sweeper) sends them again.  Each test has a fresh worker process,
-whose cache of messages no earlier test's rows (with the same ids) can fill.
+whose cache of messages no earlier test's rows (with the same ids) can fill.  The holds
+met after the claim (in the engine, or by the recorder) are parked by the recorder.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from django.utils import timezone
 
 from django_outbox import Batch, outbox, recovery
 from django_outbox.models import Attempt, Delivery, DeliveryState, PaymentAttempt
+from django_outbox.payments import paying as paying_module
 from django_outbox.payments.claims import payment_jobs
 from django_outbox.payments.lookups import claim_lookup
+from django_outbox.payments.reports import MET_402_LATELY, PAYING_ELSEWHERE
 from django_outbox.store.claimed import new_token
 from django_outbox.store.transitions import claim
 from testproject.demo.keys import ACTOR
@@ -115,3 +118,32 @@ def test_a_hosts_queue_is_counted_once_for_the_holds_of_claims_close_together(
         _, wait = payment_jobs(rows[1:])
     assert len(queries) == 1, "the payment lookup"
     assert set(wait) == set(others) - {rows[0].id}
+
+
+def test_a_402_recorded_while_another_delivery_pays_its_host_is_parked_by_the_recorder(
+    inbox: L402InboxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, other = send(inbox.url("/a"), inbox.url("/b"))
+    [paying] = attempted([first])
+    monkeypatch.setattr(paying_module, "_challenged", {})  # the other worker's process
+    [challenged] = attempted([other])
+    assert (paying.result, challenged.result) == ("paying", "paying")
+    assert [o.row.id for o in recorded([paying, challenged])] == [first]
+    row = Delivery.objects.get(pk=other)
+    assert (row.state, row.last_error, row.attempts) == ("queued", PAYING_ELSEWHERE, 0)
+    assert (row.claimed_by, row.dispatched_at) == ("", None)
+    assert not Attempt.objects.filter(delivery_id=other).exists(), "a hold is no attempt"
+    assert PaymentAttempt.objects.count() == 1
+
+
+def test_a_hold_met_in_the_engine_that_would_outlast_the_deadline_fails_the_delivery(
+    inbox: L402InboxServer,
+) -> None:
+    [first] = send(inbox.url("/a"))
+    soon = timezone.now() + timedelta(seconds=0.5)  # before the hold (1 s) ends
+    outbox.send(ACTOR, NOTE, [inbox.url("/b")], batch=Batch(deadline=soon))
+    late = Delivery.objects.get(inbox=inbox.url("/b")).pk
+    [paying, held] = attempted([first, late])
+    assert (paying.result, held.result, held.error) == ("paying", "held", MET_402_LATELY)
+    recorded([paying, held])
+    assert state(late) == DeliveryState.FAILED
