@@ -15,15 +15,17 @@ from enum import StrEnum
 
 from django_outbox.payments.challenge import authorization
 
-#: Why a delivery waits, as its outcome's ``error``: another delivery is paying its host.
+#: Why a delivery waits, as its outcome's ``error``: its claim found its host being paid.
+PAID_AT_CLAIM = "held: a payment to this host is under way"
+#: ... another delivery is paying its host.
 PAYING_ELSEWHERE = "held: another payment to this host is under way"
 #: ... another delivery of this process met its host's payable 402 a moment ago.
 MET_402_LATELY = "held: another delivery met this host's 402 a moment ago"
 #: ... a token for its host was bought while it was sent (it tries that token first).
 BOUGHT_MEANWHILE = "held: a token for this host was bought while this delivery was sent"
-#: The holds that the recorder parks (as a claim parks the deliveries it holds) rather
-#: than record: none is an attempt, and each ends when the payment under way does.
-PARKED_HOLDS = frozenset((PAYING_ELSEWHERE, MET_402_LATELY, BOUGHT_MEANWHILE))
+#: The holds that are parked rather than recorded (by the claim, or by the recorder):
+#: none is an attempt, and each ends when the payment under way does.
+PARKED_HOLDS = frozenset((PAID_AT_CLAIM, PAYING_ELSEWHERE, MET_402_LATELY, BOUGHT_MEANWHILE))
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,10 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
 
 from django.db import DatabaseError
 from django.utils import timezone
 
-from django_outbox.backoff import held_until
 from django_outbox.breakers.configured import configured_policy, configured_store
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
@@ -34,15 +32,16 @@ from django_outbox.metrics.recording import stop_recording, watch_engine
 from django_outbox.models import Delivery, DeliveryState, Lane, Signing
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.claims import payment_jobs
+from django_outbox.payments.reports import PAID_AT_CLAIM
 from django_outbox.signing.schemes import recall
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookKeys, as_webhook_keys
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.queries import not_yet_due
-from django_outbox.store.transitions import claim, park, release
+from django_outbox.store.transitions import claim, release
 from django_outbox.transport import Transport
 from django_outbox.worker.attempt import Job, first_origins, perform
 from django_outbox.worker.engine import Engine
-from django_outbox.worker.recorder import Recorder
+from django_outbox.worker.recorder import Recorder, park_payment_holds
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -60,8 +59,6 @@ _URGENT_POLL = 0.05
 _ROOM_WAIT_LIMIT = 10.0
 #: More ids than any task carries.
 _NO_LIMIT = 1 << 30
-#: Why a delivery waits while another one pays its host.
-_PAYING = "held: a payment to this host is under way"
 
 
 class WorkerProcess:
@@ -241,7 +238,7 @@ def prepare_jobs(
     lease = conf.LEASE_SECONDS
     send_by = time.monotonic() + max(lease / 2, lease - 2 * conf.TOTAL_TIMEOUT - 10)
     jobs: list[Job] = []
-    parked: list[tuple[ClaimedRow, datetime]] = []
+    holds: list[Outcome] = []
     for row in claimed:
         message = messages[row.message_id]
         if message.deadline is not None and message.deadline <= now:
@@ -261,16 +258,14 @@ def prepare_jobs(
             settle(Outcome(row, message, AttemptResult.REFUSED, error=signer))
             continue
         if row.id in wait:
-            decision = held_until(now, wait[row.id], message.deadline)
-            if decision.retry_at is not None:
-                parked.append((row, decision.retry_at))
-                continue
-            # Its batch's deadline comes first: the recorder fails it.
-            settle(Outcome(row, message, AttemptResult.HELD, error=_PAYING, held_for=wait[row.id]))
+            error, held_for = PAID_AT_CLAIM, wait[row.id]
+            holds.append(Outcome(row, message, AttemptResult.HELD, error=error, held_for=held_for))
             continue
         extra = _synchronization(message, row.inbox)
         jobs.append(Job(row, message, signer, send_by, extra, payments.get(row.id)))
-    park(parked, _PAYING)
+    # Parked at once; a hold past its batch's deadline goes to the recorder, to fail.
+    for outcome in park_payment_holds(holds):
+        settle(outcome)
     return jobs
 
 

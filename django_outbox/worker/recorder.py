@@ -73,9 +73,10 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
 
 def park_payment_holds(outcomes: Sequence[Outcome]) -> list[Outcome]:
     """``outcomes`` but those held while their host is paid, which are parked until their
-    hold ends, in one statement per reason, as a claim parks the deliveries it holds: no
-    history row, no signal, no message (a hold is not an attempt).  A hold that would
-    end past its batch's deadline stays, to fail the delivery."""
+    hold ends, in one statement per reason: no history row, no signal, no message (a
+    hold is not an attempt).  A hold that would end past its batch's deadline stays, to
+    fail the delivery.  The claim calls it for the deliveries it holds, the recorder
+    for the holds met after the claim."""
     now = timezone.now()
     parked: dict[str, list[tuple[ClaimedRow, datetime]]] = {}
     kept: list[Outcome] = []
