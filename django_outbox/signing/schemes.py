@@ -6,7 +6,8 @@ accepted, or ``OUTBOX_FIRST_SCHEME``; on a 400 or 401 the other scheme is
 tried (double-knocking), and only what an origin accepted is remembered, in
 Django's cache (``OUTBOX_SCHEME_CACHE``) so that every worker learns it, with a
 short-lived copy in process memory so that the cache is not asked on every
-delivery.
+delivery.  What a process learns is told to the cache in batches
+(:func:`share_learnt`, after each batch of outcomes is saved), not one write per host.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ _LOCAL_TTL = 300.0
 _SHARED_TTL = 30 * 86400
 _local: dict[str, tuple[Scheme | None, float]] = {}
 _lock = threading.Lock()
+#: Origin -> the scheme it accepted, learnt here and not yet told to the shared cache.
+_learnt: dict[str, Scheme] = {}
 _SCHEMES = {s.value: s for s in Scheme}
 
 logger = logging.getLogger("django_outbox.signing")
@@ -93,12 +96,36 @@ def remember_here(origin: str, scheme: Scheme) -> bool:
 
 
 def share(origin: str, scheme: Scheme) -> None:
-    """Tell the shared cache that ``origin`` accepted ``scheme`` (after
-    :func:`remember_here` said it was news: asking it again would say it is not)."""
-    caches[conf.SCHEME_CACHE].set(_cache_key(origin), scheme.value, _SHARED_TTL)
+    """Note that the shared cache should hear that ``origin`` accepted ``scheme`` (after
+    :func:`remember_here` said it was news: asking it again would say it is not); the
+    next :func:`share_learnt` tells it."""
+    with _lock:
+        _learnt[origin] = scheme
+
+
+def share_learnt() -> int:
+    """Tell the shared cache, in one round trip, what :func:`share` noted since the last
+    call; how many origins it told.  A cache that fails is only logged and those
+    origins are dropped: a worker that does not know an origin's scheme double-knocks
+    once and learns it again."""
+    with _lock:
+        learnt = dict(_learnt)
+        _learnt.clear()
+    if not learnt:
+        return 0
+    values = {_cache_key(origin): scheme.value for origin, scheme in learnt.items()}
+    try:
+        caches[conf.SCHEME_CACHE].set_many(values, _SHARED_TTL)
+    except Exception:
+        logger.warning(
+            "could not tell the cache the schemes of %d origins", len(values), exc_info=True
+        )
+        return 0
+    return len(values)
 
 
 def forget_local() -> None:
     """Drop the in-process copies (tests, and after a fork)."""
     with _lock:
         _local.clear()
+        _learnt.clear()

@@ -145,7 +145,7 @@ async def _knock(
         accepted = fallback_scheme(first)
         response = await _post(transport, job, key, url, accepted, sent, authorization)
     if 200 <= response.status < 300 and accepted != known and remember_here(origin, accepted):
-        loop.run_in_executor(None, _share, origin, accepted)  # not awaited: nothing waits on it
+        share(origin, accepted)
     return response
 
 
@@ -163,14 +163,6 @@ async def _signed_post(
         sent.append(WEBHOOK_SCHEME)
         return await transport.post(url, headers, message.body)
     return await _knock(transport, job, job.key, url, sent, authorization)
-
-
-def _share(origin: str, scheme: Scheme) -> None:
-    """Tell the shared cache what ``origin`` accepted; a cache that fails is only logged."""
-    try:
-        share(origin, scheme)
-    except Exception:
-        logger.warning("could not remember the scheme of %s in the cache", origin, exc_info=True)
 
 
 class _Ending(NamedTuple):

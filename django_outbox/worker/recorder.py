@@ -32,6 +32,7 @@ from django_outbox.notify import AttemptSignals
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.ledger import record_payments
 from django_outbox.payments.reports import PARKED_HOLDS
+from django_outbox.signing.schemes import share_learnt
 from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.transitions import (
     OutcomePlan,
@@ -54,8 +55,11 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     and may turn an outcome into a hold or a refusal; the holds while a host is paid
     are then parked (:func:`park_payment_holds`).  Returns the plan, whose
     retries and successors :func:`publish_effects` publishes once it is saved.
-    What was saved is counted for the metrics.
+    What was saved is counted for the metrics.  The signature schemes hosts accepted
+    are told to the shared cache first (:func:`~django_outbox.signing.schemes.share_learnt`),
+    so that a delivery seen settled has its host's scheme known to every worker.
     """
+    share_learnt()
     outcomes = [_unless_sender_gone(outcome) for outcome in outcomes]
     payments = conf.PAYMENTS
     if payments is not None:

@@ -166,12 +166,13 @@ def test_an_exception_while_attempting_is_a_retry_and_the_next_attempt_sends(
     assert len(inbox_server.requests()) == 1
 
 
-def test_the_scheme_an_origin_accepted_reaches_the_shared_cache(
+def test_the_scheme_an_origin_accepted_reaches_the_shared_cache_with_the_batch(
     inbox_server: InboxServer, transport: Transport
 ) -> None:
     from django.core.cache import caches
 
     from django_outbox.conf import conf
+    from django_outbox.signing.schemes import share_learnt
     from django_outbox.transport.target import parse_target
 
     job = jobs(inbox_server, 1)[0]
@@ -183,10 +184,10 @@ def test_the_scheme_an_origin_accepted_reaches_the_shared_cache(
     async def attempt() -> Outcome:
         done = await perform(job, transport, MemoryBreakerStore(), None)
         transport.close()
-        deadline = time.monotonic() + 5
-        while cache.get(key) is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)  # told from the loop's executor, not awaited
         return done
 
     assert asyncio.run(attempt()).result is AttemptResult.DELIVERED
+    assert cache.get(key) is None  # told when the batch of outcomes is saved
+    assert share_learnt() == 1
     assert cache.get(key) == conf.FIRST_SCHEME
+    assert share_learnt() == 0

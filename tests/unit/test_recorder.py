@@ -192,6 +192,32 @@ def test_one_update_saves_outcomes_of_several_claims_and_skips_a_stale_one() -> 
 
 
 @pytest.mark.django_db
+def test_schemes_learnt_reach_the_shared_cache_before_the_deliveries_are_saved() -> None:
+    from django.core.cache import caches
+
+    from django_outbox.conf import conf
+    from django_outbox.signing import Scheme
+    from django_outbox.signing.schemes import share
+
+    rows = claimed(1)
+    cache = caches[conf.SCHEME_CACHE]
+    key = "django_outbox:scheme:https://a.example"
+    cache.delete(key)
+    share("https://a.example", Scheme.RFC9421)
+    seen: list[tuple[str, str]] = []
+
+    def settled(**kwargs: Any) -> None:
+        seen.append((Delivery.objects.get(pk=rows[0].pk).state, cache.get(key)))
+
+    delivery_settled.connect(settled)
+    try:
+        apply_outcomes([delivered(rows[0])])
+    finally:
+        delivery_settled.disconnect(settled)
+    assert seen == [(DeliveryState.SENDING, Scheme.RFC9421.value)]
+
+
+@pytest.mark.django_db
 def test_retries_keep_each_their_own_time_in_one_update() -> None:
     rows = claimed(3)
     outcomes = [outcome(r, AttemptResult.RETRY, "t1", status=503, error="HTTP 503") for r in rows]
