@@ -30,7 +30,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
 from django_outbox.backoff import decide
@@ -46,7 +45,13 @@ from django_outbox.store.claimed import (
     check_claims,
     claimed_row,
 )
-from django_outbox.store.grouped_updates import TIMED_ROWS, GroupedUpdates, each_its_own
+from django_outbox.store.grouped_updates import (
+    TIMED_ROWS,
+    UNSPEND,
+    GroupedUpdates,
+    each_its_own,
+    update_claimed,
+)
 from django_outbox.store.history import save_history
 from django_outbox.store.queries import (
     STEP,
@@ -59,7 +64,6 @@ from django_outbox.store.queries import (
 )
 from django_outbox.validation import inbox_host
 
-_UNSPEND = F("attempts") - 1
 _UNCLAIMED: dict[str, Any] = {"claimed_by": "", "lease_until": None}
 _SETTLED = {
     AttemptResult.DELIVERED: DeliveryState.DELIVERED,
@@ -176,17 +180,10 @@ def release(rows: Sequence[ClaimedRow]) -> Lanes:
     meanwhile is left alone, and its Celery message will find nothing to claim.
     """
     now = timezone.now()
+    values = {"state": DeliveryState.QUEUED, "attempts": UNSPEND, "next_attempt_at": now}
     with transaction.atomic():
         for token, ids in _ids_by_token(rows).items():
-            Delivery.objects.filter(
-                id__in=ids, claimed_by=token, state=DeliveryState.SENDING
-            ).update(
-                state=DeliveryState.QUEUED,
-                attempts=_UNSPEND,
-                next_attempt_at=now,
-                dispatched_at=now,
-                **_UNCLAIMED,
-            )
+            update_claimed({token: ids}, values | {"dispatched_at": now, **_UNCLAIMED})
     return by_lane((row.id, row.lane) for row in rows)
 
 
@@ -207,16 +204,16 @@ def park(until: Sequence[tuple[ClaimedRow, datetime]], error: str) -> None:
     """
     for start in range(0, len(until), TIMED_ROWS):
         part = until[start : start + TIMED_ROWS]
-        claimed = Q()
-        for token, ids in _ids_by_token(row for row, _ in part).items():
-            claimed |= Q(id__in=ids, claimed_by=token)
-        Delivery.objects.filter(claimed, state=DeliveryState.SENDING).update(
-            state=DeliveryState.QUEUED,
-            attempts=_UNSPEND,
-            next_attempt_at=each_its_own({row.id: at for row, at in part}),
-            dispatched_at=None,
-            last_error=stored_error(error),
-            **_UNCLAIMED,
+        update_claimed(
+            _ids_by_token(row for row, _ in part),
+            {
+                "state": DeliveryState.QUEUED,
+                "attempts": UNSPEND,
+                "next_attempt_at": each_its_own({row.id: at for row, at in part}),
+                "dispatched_at": None,
+                "last_error": stored_error(error),
+                **_UNCLAIMED,
+            },
         )
 
 
@@ -271,7 +268,7 @@ def _fields_for(outcome: Outcome, now: datetime, plan: OutcomePlan) -> dict[str,
         "last_error": stored_error(outcome.error),
     }
     if outcome.result in UNSPENT_RESULTS:
-        fields["attempts"] = _UNSPEND
+        fields["attempts"] = UNSPEND
     if outcome.result in _SETTLED:
         fields.update(state=_SETTLED[outcome.result], finished_at=now)
         plan.finished.append((row.ordering_key, row.inbox))
@@ -304,8 +301,8 @@ def save_outcomes(plan: OutcomePlan) -> None:
     """Write what :func:`plan_outcomes` decided, the attempts' history and the hosts'
     health, in one transaction."""
     with transaction.atomic():
-        for condition, values in plan.updates.statements():
-            Delivery.objects.filter(condition, state=DeliveryState.SENDING).update(**values)
+        for claims, values in plan.updates.statements():
+            update_claimed(claims, values)
         save_history(outcome for outcome, _ in plan.decided)
         # Only hosts that had a Host row when the batch was read: a row another
         # process writes after that is a failure seen after this success.
