@@ -22,13 +22,20 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import beat_init, worker_process_init, worker_process_shutdown, worker_shutdown
+from celery.signals import (
+    beat_init,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+    worker_shutdown,
+)
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import DELIVER, EXPAND, SWEEP
 from django_outbox.fanout import expand as expand_message
 from django_outbox.models import Lane
+from django_outbox.payments.invoices import load_decoder
 from django_outbox.sweeper import sweep as run_sweep
 from django_outbox.worker.heartbeat import start_heart, stop_heart
 from django_outbox.worker.process import run_deliveries, stop_this_process
@@ -114,6 +121,13 @@ def _schedule_sweep(sender: Any, **kwargs: Any) -> None:
                 }
             }
         )
+
+
+@worker_init.connect
+def _load_invoice_decoder(**kwargs: Any) -> None:
+    # In the main process, before the pool forks: no delivery waits for the import.
+    if conf.PAYMENTS is not None:
+        load_decoder()
 
 
 @worker_process_init.connect

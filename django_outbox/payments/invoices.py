@@ -10,14 +10,17 @@ push payments: 100 msat per byte of message, at least 1,000 msat, and an invoice
 treated as expired :data:`EXPIRY_AFFORDANCE` seconds before it really expires, so that
 it cannot run out while the payment is on its way.
 
-``bolt11`` (the ``payments`` extra) is imported when the first invoice is decoded,
-so this module loads without it.  Decoding verifies the invoice's signature (the
-``bolt11`` package recovers or checks the payee key) and requires a payment hash, a
-payment secret and a description.
+``bolt11`` (the ``payments`` extra) is imported when the first invoice is decoded
+(a worker imports it as it starts, when payments are on: :func:`load_decoder`), so this
+module loads without it.  Decoding verifies the invoice's signature (the ``bolt11``
+package recovers or checks the payee key) and requires a payment hash, a payment secret
+and a description.  A process keeps the last invoices it decoded: the worker checks an
+invoice before paying it, and the payment client reads it again to pay.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,8 +87,12 @@ def check_network(network: str) -> str:
     return network
 
 
+@functools.lru_cache(maxsize=256)
 def decode_invoice(invoice: str) -> DecodedInvoice:
-    """Decode and verify a BOLT11 invoice; :class:`InvoiceRefused` if it cannot be."""
+    """Decode and verify a BOLT11 invoice; :class:`InvoiceRefused` if it cannot be.
+
+    The answer for each of the last invoices decoded is kept: decoding verifies a
+    signature (several milliseconds), and the answer depends on the text alone."""
     if len(invoice) > MAX_INVOICE_CHARS:
         raise InvoiceRefused(
             Reason.INVOICE_TOO_LARGE, f"{len(invoice)} characters > {MAX_INVOICE_CHARS}"
@@ -113,6 +120,12 @@ def decode_invoice(invoice: str) -> DecodedInvoice:
         expiry=expiry,
         payee=payee or "",
     )
+
+
+def load_decoder() -> None:
+    """Import ``bolt11`` now rather than at the first payment (a tenth of a second):
+    a worker calls it as it starts when payments are on."""
+    _bolt11()
 
 
 def _bolt11() -> Any:

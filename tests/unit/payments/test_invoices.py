@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 
 import pytest
+from django.test import override_settings
 
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.payments.challenge import parse_challenge
@@ -20,8 +21,10 @@ from django_outbox.payments.invoices import (
 )
 from testproject.lightning import macaroons
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
+from testproject.lightning.lnd import FakeLndServer
 
 from .conftest import Clock
+from .rounds import payments
 
 
 def refusal(**options: object) -> Reason:
@@ -151,3 +154,44 @@ def test_network_must_be_a_bolt11_prefix() -> None:
         assert check_network(network) == network
     with pytest.raises(OutboxConfigurationError):
         check_network("regtest")
+
+
+def test_an_invoice_decoded_again_is_not_verified_again(
+    issuer: InvoiceIssuer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import bolt11
+
+    calls: list[str] = []
+    decode = bolt11.decode
+
+    def counted(text: str) -> object:
+        calls.append(text)
+        return decode(text)
+
+    monkeypatch.setattr(bolt11, "decode", counted)
+    first, second = issuer.invoice(1_000).invoice, issuer.invoice(2_000).invoice
+    assert decode_invoice(first) is decode_invoice(first)
+    assert decode_invoice(second).amount_msat == 2_000
+    assert calls == [first, second]
+
+
+def test_a_refused_invoice_is_refused_each_time_it_is_decoded(issuer: InvoiceIssuer) -> None:
+    forged = issuer.invoice(1_000).invoice[:-8] + "qqqqqqqq"
+    for _ in range(2):
+        with pytest.raises(InvoiceRefused) as caught:
+            decode_invoice(forged)
+        assert caught.value.reason is Reason.INVOICE_UNDECODABLE
+
+
+def test_a_worker_imports_the_decoder_as_it_starts_when_payments_are_on(
+    monkeypatch: pytest.MonkeyPatch, lnd: FakeLndServer
+) -> None:
+    import django_outbox.tasks as tasks
+
+    loaded: list[bool] = []
+    monkeypatch.setattr(tasks, "load_decoder", lambda: loaded.append(True))
+    tasks._load_invoice_decoder()
+    assert loaded == [], "payments off: nothing to import"
+    with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
+        tasks._load_invoice_decoder()
+    assert loaded == [True]
