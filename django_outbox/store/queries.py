@@ -93,6 +93,8 @@ def stranded_pairs() -> list[tuple[str, str]]:
 
 def not_yet_due(ids: Sequence[int], horizon: float) -> tuple[list[int], datetime | None]:
     """Queued ids that come due within ``horizon`` seconds, and the earliest due time."""
+    if not ids:  # a task's deliveries were all claimed: nothing to ask
+        return [], None
     now = timezone.now()
     rows = list(
         Delivery.objects.filter(
