@@ -34,10 +34,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _forget_remembered_schemes() -> None:
-    """Each test starts with no signing scheme remembered in this process."""
+    """Each test starts with no signing scheme remembered, in this process or in a
+    Redis cache (which outlives a test session when its server is kept running)."""
+    from django.core.cache import caches
+
+    from django_outbox.conf import conf
     from django_outbox.signing.schemes import forget_local
 
     forget_local()
+    shared = caches[conf.SCHEME_CACHE]
+    if hasattr(shared, "delete_pattern"):  # django-redis
+        shared.delete_pattern("django_outbox:scheme:*")
 
 
 @pytest.fixture(scope="module")
