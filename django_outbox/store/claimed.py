@@ -20,7 +20,6 @@ from typing import Any, NamedTuple
 from django.db import connection
 
 from django_outbox.models import Delivery, DeliveryState, Host, Message, Signing
-from django_outbox.store.id_lists import ids_match
 
 _counter = itertools.count()
 _owner: tuple[int, str] | None = None
@@ -145,9 +144,9 @@ def check_claims(ids: list[int]) -> dict[int, ClaimCheck]:
     host, delivery = quote(Host._meta.db_table), quote(Delivery._meta.db_table)
     name, column = quote("name"), quote("host")  # the models' own column names
     exists = f"EXISTS (SELECT 1 FROM {host} WHERE {host}.{name} = {delivery}.{column})"
-    matching, params = ids_match("id", ids)
-    sql = f"SELECT id, claimed_by, {exists} FROM {delivery} WHERE {matching} AND state = %s"
+    marks = ", ".join(["%s"] * len(ids))
+    sql = f"SELECT id, claimed_by, {exists} FROM {delivery} WHERE id IN ({marks}) AND state = %s"
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, DeliveryState.SENDING.value])
+        cursor.execute(sql, [*ids, DeliveryState.SENDING.value])
         found = cursor.fetchall()
     return {pk: ClaimCheck(claimed_by, bool(failing)) for pk, claimed_by, failing in found}

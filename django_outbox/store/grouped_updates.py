@@ -22,7 +22,6 @@ from django.db import connection
 from django.db.models import Field
 
 from django_outbox.models import Delivery, DeliveryState
-from django_outbox.store.id_lists import ids_match
 
 #: Rows per UPDATE that sets each its own retry time (two parameters a row, and
 #: SQLite may allow no more than 999 in a statement).
@@ -85,9 +84,8 @@ def update_claimed(claims: dict[str, list[int]], values: dict[str, Any]) -> int:
     match_params: list[Any] = []
     for token, ids in claims.items():
         if ids:
-            matching, params = ids_match("id", ids)
-            matches.append(f"(claimed_by = %s AND {matching})")
-            match_params += [token, *params]
+            matches.append(f"(claimed_by = %s AND id IN ({', '.join(['%s'] * len(ids))}))")
+            match_params += [token, *ids]
     if not matches:  # no condition would match every row being sent
         return 0
     sets: list[str] = []

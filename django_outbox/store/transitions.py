@@ -53,7 +53,6 @@ from django_outbox.store.grouped_updates import (
     update_claimed,
 )
 from django_outbox.store.history import save_history
-from django_outbox.store.id_lists import ids_match
 from django_outbox.store.queries import (
     STEP,
     Lanes,
@@ -159,14 +158,14 @@ def claim(ids: Sequence[int], token: str) -> list[ClaimedRow]:
     now = timezone.now()
     lease = now + timedelta(seconds=conf.LEASE_SECONDS)
     table = connection.ops.quote_name(Delivery._meta.db_table)
-    matching, id_params = ids_match("id", ids)
+    marks = ", ".join(["%s"] * len(ids))
     sql = (
         f"UPDATE {table} SET state = %s, claimed_by = %s, lease_until = %s, "
-        f"attempts = attempts + 1 WHERE {matching} AND state = %s "
+        f"attempts = attempts + 1 WHERE id IN ({marks}) AND state = %s "
         f"AND next_attempt_at <= %s RETURNING {', '.join(CLAIMED_COLUMNS)}"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    params = [DeliveryState.SENDING.value, token, adapt(lease), *id_params]
+    params = [DeliveryState.SENDING.value, token, adapt(lease), *ids]
     params += [DeliveryState.QUEUED.value, adapt(now)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
