@@ -38,7 +38,7 @@ from django_outbox.models import Lane
 from django_outbox.payments.invoices import load_decoder
 from django_outbox.sweeper import sweep as run_sweep
 from django_outbox.worker.heartbeat import start_heart, stop_heart
-from django_outbox.worker.process import run_deliveries, stop_this_process
+from django_outbox.worker.process import run_deliveries, stop_this_process, this_process
 
 #: What ``autoretry_for`` retries: the database is away for a while.
 DATABASE_OUTAGES = (OperationalError, InterfaceError)
@@ -131,8 +131,11 @@ def _load_invoice_decoder(**kwargs: Any) -> None:
 
 
 @worker_process_init.connect
-def _start_heartbeat(**kwargs: Any) -> None:
+def _start_process(**kwargs: Any) -> None:
     start_heart()
+    # Engine, recorder and transport made as the pool process starts, so that the first
+    # delivery after a (re)start does not wait for them.
+    this_process()
 
 
 @worker_process_shutdown.connect
