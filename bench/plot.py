@@ -33,7 +33,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.bar(xs, med, yerr=err, capsize=4, color="#4c72b0")
     ax.set_xticks(list(xs), [n for n, _ in bars], fontsize=8)
     ax.axhline(1500, color="#c44e52", ls="--", lw=1, label="cpu-bound target 1,500/s")
-    ax.axhline(1000, color="#dd8452", ls=":", lw=1, label="latency-bound target 1,000/s")
+    bare = s.get("bare", {}).get("rate") or {}
+    if bare.get("median"):
+        for share, style, scenario in ((0.70, "-.", "cpu"), (0.65, ":", "latency")):
+            label = f"{share:.0%} of the bare RSA loop ({scenario}-bound target)"
+            ax.axhline(share * bare["median"], color="#dd8452", ls=style, lw=1, label=label)
     ax.set_ylabel("deliveries/s (median, min-max)")
     ax.set_title("Throughput")
     ax.legend(fontsize=8)
