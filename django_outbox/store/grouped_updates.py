@@ -25,7 +25,7 @@ from django_outbox.models import Delivery, DeliveryState
 
 #: Rows per UPDATE that sets each its own retry time (two parameters a row, and
 #: SQLite may allow no more than 999 in a statement).
-TIMED_ROWS = 250
+_TIMED_ROWS = 250
 _TIME = "next_attempt_at"
 #: Stands for the retry time in a group's key: each row has its own.
 _EACH = object()
@@ -70,10 +70,10 @@ class GroupedUpdates:
                 yield claims, values
                 continue
             ids = [pk for pks in claims.values() for pk in pks]
-            for start in range(0, len(ids), TIMED_ROWS):
-                times = {pk: self._times[pk] for pk in ids[start : start + TIMED_ROWS]}
+            for start in range(0, len(ids), _TIMED_ROWS):
+                times = {pk: self._times[pk] for pk in ids[start : start + _TIMED_ROWS]}
                 part = {token: [pk for pk in pks if pk in times] for token, pks in claims.items()}
-                yield part, values | {_TIME: each_its_own(times)}
+                yield part, values | {_TIME: _each_its_own(times)}
 
 
 def update_claimed(claims: dict[str, list[int]], values: dict[str, Any]) -> int:
@@ -106,9 +106,9 @@ def update_claimed(claims: dict[str, list[int]], values: dict[str, Any]) -> int:
         return int(cursor.rowcount)
 
 
-def each_its_own(times: dict[int, datetime]) -> datetime | Sql:
+def _each_its_own(times: dict[int, datetime]) -> datetime | Sql:
     """What to set ``next_attempt_at`` to so that each row of ``times`` (id: time, at
-    most :data:`TIMED_ROWS`) gets its own: the one time they share, else
+    most :data:`_TIMED_ROWS`) gets its own: the one time they share, else
     ``CASE id WHEN pk THEN time ... ELSE next_attempt_at END``.
 
     Written out rather than built from ``Case(When(...))``, whose lookups cost more

@@ -45,13 +45,7 @@ from django_outbox.store.claimed import (
     check_claims,
     claimed_row,
 )
-from django_outbox.store.grouped_updates import (
-    TIMED_ROWS,
-    UNSPEND,
-    GroupedUpdates,
-    each_its_own,
-    update_claimed,
-)
+from django_outbox.store.grouped_updates import UNSPEND, GroupedUpdates, update_claimed
 from django_outbox.store.history import save_history
 from django_outbox.store.queries import (
     STEP,
@@ -175,15 +169,13 @@ def claim(ids: Sequence[int], token: str) -> list[ClaimedRow]:
 def release(rows: Sequence[ClaimedRow]) -> Lanes:
     """Give claimed deliveries back unsent, their attempt refunded; the ids to publish.
 
-    One statement per claim token, in one transaction: a stopping worker may hold
-    hundreds, and on SQLite each commit is a disk sync.  A row that finished
-    meanwhile is left alone, and its Celery message will find nothing to claim.
+    One statement whatever their claim tokens: a stopping worker may hold hundreds, and
+    on SQLite each commit is a disk sync.  A row that finished meanwhile is left alone,
+    and its Celery message will find nothing to claim.
     """
     now = timezone.now()
-    values = {"state": DeliveryState.QUEUED, "attempts": UNSPEND, "next_attempt_at": now}
-    with transaction.atomic():
-        for token, ids in _ids_by_token(rows).items():
-            update_claimed({token: ids}, values | {"dispatched_at": now, **_UNCLAIMED})
+    back = {"state": DeliveryState.QUEUED, "attempts": UNSPEND, "next_attempt_at": now}
+    update_claimed(_ids_by_token(rows), back | {"dispatched_at": now, **_UNCLAIMED})
     return by_lane((row.id, row.lane) for row in rows)
 
 
@@ -202,19 +194,13 @@ def park(until: Sequence[tuple[ClaimedRow, datetime]], error: str) -> None:
     due deliveries (the recovery pass, the sweeper) sends them once due, wherever this
     process is by then; ``last_error`` says why they wait.
     """
-    for start in range(0, len(until), TIMED_ROWS):
-        part = until[start : start + TIMED_ROWS]
-        update_claimed(
-            _ids_by_token(row for row, _ in part),
-            {
-                "state": DeliveryState.QUEUED,
-                "attempts": UNSPEND,
-                "next_attempt_at": each_its_own({row.id: at for row, at in part}),
-                "dispatched_at": None,
-                "last_error": stored_error(error),
-                **_UNCLAIMED,
-            },
-        )
+    parked = GroupedUpdates()
+    back = {"state": DeliveryState.QUEUED, "attempts": UNSPEND, "dispatched_at": None}
+    back |= {"last_error": stored_error(error), **_UNCLAIMED}
+    for row, due in until:
+        parked.add(row.token, row.id, back | {"next_attempt_at": due})
+    for claims, values in parked.statements():
+        update_claimed(claims, values)
 
 
 # ----------------------------------------------------------------- outcomes ---

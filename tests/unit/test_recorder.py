@@ -379,3 +379,24 @@ def test_a_success_clears_a_host_row_another_connection_wrote(receiver: bool) ->
     finally:
         delivery_attempted.disconnect(dispatch_uid="test-a")
     assert not Host.objects.exists()
+
+
+@pytest.mark.django_db
+def test_release_and_park_give_back_rows_of_several_claims_and_leave_a_stale_one() -> None:
+    from django_outbox.store.transitions import park, release
+
+    first, second = claimed(2, token="t1"), claimed(2, token="t2")
+    rows = [claimed_row(r, "t1") for r in first] + [claimed_row(r, "t2") for r in second]
+    stale = claimed_row(second[1], "lost")
+    release([rows[0], rows[2]])
+    due = [timezone.now() + timedelta(seconds=s) for s in (30, 60)]
+    park([(rows[1], due[0]), (stale, due[1])], "held: test")
+    saved = {r.pk: r for r in Delivery.objects.all()}
+    released = [saved[r.id] for r in (rows[0], rows[2])]
+    assert {(r.state, r.attempts, r.claimed_by, r.dispatched_at is not None) for r in released} == {
+        ("queued", 0, "", True)
+    }
+    parked = saved[rows[1].id]
+    assert (parked.state, parked.attempts, parked.last_error) == ("queued", 0, "held: test")
+    assert (parked.next_attempt_at, parked.dispatched_at) == (due[0], None)
+    assert (saved[stale.id].state, saved[stale.id].claimed_by) == ("sending", "t2")
