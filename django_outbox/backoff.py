@@ -16,13 +16,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django_outbox.conf import conf
-from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.outcomes import INTERNAL, AttemptResult, Outcome
+
+#: Seconds before a delivery whose attempt failed on our side (``failure`` internal) is
+#: tried again (or ``OUTBOX_RETRY_BASE`` if shorter), doubling with its attempts: soon, as
+#: the host did nothing wrong; the
+#: attempts are still spent, so that a fault that lasts ends the delivery failed, with
+#: its reason.
+INTERNAL_RETRY_BASE = 5.0
 
 
-def schedule_delay(attempts: int) -> float:
-    """Seconds to wait after the ``attempts``-th attempt failed, before jitter."""
+def schedule_delay(attempts: int, base: float | None = None) -> float:
+    """Seconds to wait after the ``attempts``-th attempt failed, before jitter: ``base``
+    (``OUTBOX_RETRY_BASE`` unless given) doubling, capped at ``OUTBOX_RETRY_CAP``."""
     exponent = min(max(attempts - 1, 0), 40)
-    return float(min(conf.RETRY_BASE * (2**exponent), conf.RETRY_CAP))
+    first = conf.RETRY_BASE if base is None else base
+    return float(min(first * (2**exponent), conf.RETRY_CAP))
 
 
 def jittered(delay: float) -> float:
@@ -46,14 +55,16 @@ def next_attempt(
     max_attempts: int,
     deadline: datetime | None,
     asked: float | None = None,
+    base: float | None = None,
 ) -> Decision:
     """Decide what follows the ``attempts``-th failed attempt.
 
-    ``asked`` is the wait a ``Retry-After`` header asked for, in seconds.
+    ``asked`` is the wait a ``Retry-After`` header asked for, in seconds; ``base`` the
+    first wait of the schedule, when not ``OUTBOX_RETRY_BASE``.
     """
     if attempts >= max_attempts:
         return Decision(None, f"gave up after {attempts} attempts")
-    delay = jittered(schedule_delay(attempts))
+    delay = jittered(schedule_delay(attempts, base))
     if asked is not None and conf.WAIT_AS_ASKED:
         delay = max(delay, min(asked, conf.RETRY_AFTER_CAP))
     retry_at = now + timedelta(seconds=delay)
@@ -87,4 +98,5 @@ def decide(outcome: Outcome, now: datetime) -> Decision:
         max_attempts=outcome.message.max_attempts,
         deadline=deadline,
         asked=outcome.retry_after,
+        base=min(INTERNAL_RETRY_BASE, conf.RETRY_BASE) if outcome.failure == INTERNAL else None,
     )

@@ -31,6 +31,7 @@ _POSITIVE = (
     "BREAKER_COOL_OFF",
     "HEARTBEAT_INTERVAL",
     "HEARTBEAT_TIMEOUT",
+    "STALL_TIMEOUT",
 )
 #: Heartbeats a live process may miss in a row before it counts as dead, at least.
 _BEATS_PER_TIMEOUT = 3

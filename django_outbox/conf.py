@@ -220,6 +220,13 @@ class Settings:
         return float(_get("OUTBOX_STOP_TIMEOUT", 10.0))
 
     @property
+    def STALL_TIMEOUT(self) -> float:
+        """Seconds a part of a worker process may be stuck in one step (a batch save, a
+        turn of the event loop, a claim being prepared, an application function) before
+        the process counts as unfit and hands its work back (see docs/design.md)."""
+        return float(_get("OUTBOX_STALL_TIMEOUT", 10.0))
+
+    @property
     def PERMANENT_STATUS(self) -> Callable[[int], bool]:
         """Predicate: does this HTTP status mean trying again cannot help?"""
         predicate = _callable("OUTBOX_PERMANENT_STATUS", "django_outbox.outcomes.permanent_status")

@@ -235,6 +235,18 @@ class Heartbeat(models.Model):
     name = models.CharField(max_length=80, unique=True, help_text="host:pid:random token")
     started_at = models.DateTimeField(default=timezone.now)
     beat_at = models.DateTimeField(help_text="The database's clock at the last beat.")
+    leader = models.BooleanField(
+        default=False, help_text="Whether it ran the recovery passes at its last beat."
+    )
+    can_lead = models.BooleanField(
+        default=True, help_text="False while its recovery pass is stuck: another leads."
+    )
+    parts = models.JSONField(
+        default=dict, blank=True, help_text="Its supervised parts at the last beat."
+    )
+    backlog = models.PositiveIntegerField(
+        default=0, help_text="Outcomes its recorder had not saved yet at the last beat."
+    )
 
     class Meta:
         ordering = ("id",)

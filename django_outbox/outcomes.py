@@ -28,6 +28,12 @@ def server_failed(status: int | None) -> bool:
     return status is None or status >= 500 or status in (408, 429)
 
 
+#: ``Outcome.failure`` of an attempt that went wrong on our side, not the host's: an
+#: exception in the worker, an application function that raised or did not answer, an
+#: outcome that could not be recorded.  Retried soon, never counted against the host.
+INTERNAL = "internal"
+
+
 class AttemptResult(StrEnum):
     """How an attempt ended, which decides the row's next state."""
 
@@ -80,6 +86,28 @@ class Outcome:
     #: The signature scheme of each request made, in order (two after a second knock).
     schemes: tuple[str, ...] = ()
     #: How a request ended without an answer: ``timeout``, ``connect``, ``blocked``
-    #: or ``error``; ``""`` when an answer came or no request was made.
+    #: or ``error``; :data:`INTERNAL` when the worker failed; ``""`` when an answer came
+    #: or no request was made.
     failure: str = ""
     payment: PaymentReport | None = None
+
+    @property
+    def host_failed(self) -> bool:
+        """Whether this outcome counts against its host (breaker, failure days): a
+        retry after no answer, a 5xx, a 408 or a 429; not a failure of our own."""
+        return (
+            self.result is AttemptResult.RETRY
+            and self.failure != INTERNAL
+            and server_failed(self.status)
+        )
+
+
+def internal_error(
+    row: ClaimedRow, message: MessageData, what: str, error: BaseException | str
+) -> Outcome:
+    """A retry of ``row`` because the worker failed at ``what``: no request counts, no
+    payment is reported (what was paid is found again by the node's lookup)."""
+    detail = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return Outcome(
+        row, message, AttemptResult.RETRY, error=f"internal: {what}: {detail}", failure=INTERNAL
+    )

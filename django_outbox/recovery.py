@@ -6,7 +6,8 @@ fault costs seconds with the default settings, and beat being down costs
 nothing but the sweeper's housekeeping:
 
 - deliveries claimed by a process whose heartbeat stopped are taken back
-  (:func:`reclaim_dead`);
+  (:func:`reclaim_dead`), and so are those whose lease lapsed (a process that beats
+  but never reported back);
 - a broker that lost its messages is noticed (:func:`check_broker`): by the
   canary message gone from its queue (Redis flushed or restarted empty, a
   RabbitMQ node reset), then every queued delivery is published again and the
@@ -39,10 +40,11 @@ from django_outbox.dispatch import (
     take_undispatched,
 )
 from django_outbox.models import Lane
-from django_outbox.operations import resend_failed_signals, take_back
+from django_outbox.operations import take_back
+from django_outbox.passes import Steps, run_steps
 from django_outbox.store import reclaim
 from django_outbox.store.queries import STEP
-from django_outbox.sweeper import SIGNAL_GRACE, dispatch_due
+from django_outbox.sweeper import dispatch_due, reclaim_lapsed, resend_signals
 
 logger = logging.getLogger("django_outbox.recovery")
 
@@ -91,30 +93,20 @@ def dispatch_all_due() -> int:
     return total
 
 
-def _resend_signals() -> int:
-    return resend_failed_signals(SIGNAL_GRACE)
-
-
-def recover(*, judge_owners: bool) -> dict[str, int]:
+def recover(*, judge_owners: bool, part: Steps | None = None) -> dict[str, int]:
     """One pass; ``judge_owners`` says whether to take back dead processes' claims
-    (only a process that has itself beaten steadily for a while may judge others).
+    and lapsed leases (only a process that has itself beaten steadily for a while may
+    judge others).  Each step is a step of ``part`` when given (the heart's recovery
+    pass, which the supervisor watches).
 
     A step that fails (the broker or the database away) is logged and the next
     one runs.  Returns how many rows each step touched.
     """
     steps: dict[str, Callable[[], int]] = {"broker": check_broker, "dispatched": dispatch_all_due}
     if judge_owners:
-        steps = {"reclaimed": reclaim_dead, **steps}
-    steps["signals"] = _resend_signals
-    counts: dict[str, int] = {}
-    for name, step in steps.items():
-        try:
-            counts[name] = step()
-        except Exception as error:
-            # One line each pass while the broker or the database is away.
-            logger.warning("recovery step %r failed: %r", name, error)
-            logger.debug("recovery step %r failed", name, exc_info=True)
-            counts[name] = 0
+        steps = {"reclaimed": reclaim_dead, "lapsed": reclaim_lapsed, **steps}
+    steps["signals"] = resend_signals
+    counts = run_steps(steps, "recovery", part)
     if any(counts.values()):
         logger.info("recovery: %s", counts)
     return counts

@@ -19,10 +19,12 @@ long (dead workers, a lost broker, due rows without a message) the workers'
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish, restart_expansions, take_undispatched
 from django_outbox.operations import give_up, resend_failed_signals, take_back
+from django_outbox.passes import Steps, run_steps
 from django_outbox.payments import ledger
 from django_outbox.payments.recovery import resolve_orphans
 from django_outbox.store import heartbeats, queries, reclaim, transitions
@@ -70,20 +72,31 @@ def resolve_payments() -> int:
     return resolve_orphans(settings) if settings is not None else 0
 
 
-def sweep() -> dict[str, int]:
-    """One full pass; returns how many rows each step touched."""
-    counts = {
-        "expired": fail_expired(),
-        "reclaimed": reclaim_lapsed(),
-        "dispatched": dispatch_due(),
-        "expanded": expand_lost(),
-        "freed": free_waiting(),
-        "payments": resolve_payments(),
-        "signals": resend_failed_signals(SIGNAL_GRACE),
-        "pruned": transitions.prune(),
-        "pruned_payments": ledger.prune(conf.RETENTION_SECONDS),
-        "pruned_heartbeats": heartbeats.prune(),
+def sweep(part: Steps | None = None) -> dict[str, int]:
+    """One full pass; returns how many rows each step touched.  Each step runs whatever
+    the others did, as a step of ``part`` when given (the sweep task's, supervised)."""
+    steps: dict[str, Callable[[], int]] = {
+        "expired": fail_expired,
+        "reclaimed": reclaim_lapsed,
+        "dispatched": dispatch_due,
+        "expanded": expand_lost,
+        "freed": free_waiting,
+        "payments": resolve_payments,
+        "signals": resend_signals,
+        "pruned": transitions.prune,
+        "pruned_payments": _prune_payments,
+        "pruned_heartbeats": heartbeats.prune,
     }
+    counts = run_steps(steps, "sweep", part)
     if any(counts.values()):
         logger.info("sweep: %s", counts)
     return counts
+
+
+def resend_signals() -> int:
+    """Send the ``delivery_failed`` signals of give-ups whose process died first."""
+    return resend_failed_signals(SIGNAL_GRACE)
+
+
+def _prune_payments() -> int:
+    return ledger.prune(conf.RETENTION_SECONDS)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery import Task, shared_task
+from celery.exceptions import Reject
 from celery.signals import (
     beat_init,
     worker_init,
@@ -29,19 +30,18 @@ from celery.signals import (
     worker_process_shutdown,
     worker_shutdown,
 )
-from django.db import InterfaceError, OperationalError, close_old_connections
+from django.db import close_old_connections
 
 from django_outbox.conf import conf
 from django_outbox.dispatch import DELIVER, EXPAND, SWEEP
 from django_outbox.fanout import expand as expand_message
 from django_outbox.models import Lane
 from django_outbox.payments.invoices import load_decoder
+from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.sweeper import sweep as run_sweep
-from django_outbox.worker.heartbeat import start_heart, stop_heart
-from django_outbox.worker.process import run_deliveries, stop_this_process, this_process
-
-#: What ``autoretry_for`` retries: the database is away for a while.
-DATABASE_OUTAGES = (OperationalError, InterfaceError)
+from django_outbox.worker.claiming import run_deliveries
+from django_outbox.worker.lifecycle import start_worker_process, stop_worker_process, sweep_part
+from django_outbox.worker.process import ProcessUnfit
 
 
 class OutboxTask(Task):  # type: ignore[type-arg]
@@ -84,13 +84,17 @@ def _retried_task(name: str) -> Callable[[Callable[..., Any]], OutboxTask]:
 @_retried_task(DELIVER)
 def deliver(self: OutboxTask, ids: list[int]) -> None:
     """Claim the deliveries ``ids`` that are due and send them (the priority lane's
-    at once, the others as the engine has room)."""
+    at once, the others as the engine has room).  A process that cannot go on hands
+    the message back to the queue for another."""
     if not self.request.is_eager:
-        # The threads pool starts no process (no worker_process_init): beat from here,
-        # before the first claim.  Elsewhere the heart is already beating.
-        start_heart()
+        # The threads pool starts no process (no worker_process_init): start from here,
+        # before the first claim.  Elsewhere the process's parts already run.
+        start_worker_process()
     lane = (self.request.delivery_info or {}).get("routing_key")
-    later = run_deliveries(ids, urgent=lane == Lane.PRIORITY)
+    try:
+        later = run_deliveries(ids, urgent=lane == Lane.PRIORITY)
+    except ProcessUnfit as unfit:
+        raise Reject(str(unfit), requeue=True) from unfit
     if later is not None:
         not_due, countdown = later
         raise self.retry(args=(not_due,), countdown=countdown)
@@ -105,7 +109,7 @@ def expand(self: OutboxTask, message_id: int) -> int:
 @shared_task(base=OutboxTask, name=SWEEP, ignore_result=True)
 def sweep() -> dict[str, int]:
     """Run one sweep: dispatch due and lost work, reclaim leases, prune."""
-    return run_sweep()
+    return run_sweep(sweep_part())
 
 
 @beat_init.connect
@@ -132,14 +136,12 @@ def _load_invoice_decoder(**kwargs: Any) -> None:
 
 @worker_process_init.connect
 def _start_process(**kwargs: Any) -> None:
-    start_heart()
-    # Engine, recorder and transport made as the pool process starts, so that the first
-    # delivery after a (re)start does not wait for them.
-    this_process()
+    # Heart, engine, recorder and transport made as the pool process starts, so that the
+    # first delivery after a (re)start does not wait for them.
+    start_worker_process()
 
 
 @worker_process_shutdown.connect
 @worker_shutdown.connect
 def _stop_engine(**kwargs: Any) -> None:
-    stop_this_process(timeout=conf.STOP_TIMEOUT)
-    stop_heart()
+    stop_worker_process(timeout=conf.STOP_TIMEOUT)

@@ -9,6 +9,7 @@ dead process; rows dead for an hour are pruned.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import timedelta
 
 from django.db.models import Exists, OuterRef
@@ -26,10 +27,20 @@ def _since(seconds: float) -> Combinable:
     return Now() - timedelta(seconds=seconds)
 
 
-def beat(name: str) -> None:
-    """Record that the process ``name`` is alive now (its row is made if missing)."""
-    if not Heartbeat.objects.filter(name=name).update(beat_at=Now()):
-        Heartbeat.objects.create(name=name, beat_at=Now())
+def beat(
+    name: str,
+    *,
+    leader: bool = False,
+    can_lead: bool = True,
+    parts: Mapping[str, object] | None = None,
+    backlog: int = 0,
+) -> None:
+    """Record that the process ``name`` is alive now (its row is made if missing), with
+    what it reports of itself: whether it leads and may lead, its parts, its backlog."""
+    report: dict[str, object] = {"leader": leader, "can_lead": can_lead, "backlog": backlog}
+    report["parts"] = dict(parts or {})
+    if not Heartbeat.objects.filter(name=name).update(beat_at=Now(), **report):
+        Heartbeat.objects.create(name=name, beat_at=Now(), **report)
 
 
 def stop_beating(name: str) -> None:
@@ -37,9 +48,12 @@ def stop_beating(name: str) -> None:
     Heartbeat.objects.filter(name=name).delete()
 
 
-def live_names(timeout: float) -> list[str]:
-    """The processes that beat within ``timeout`` seconds, oldest row first."""
+def live_names(timeout: float, *, may_lead: bool = False) -> list[str]:
+    """The processes that beat within ``timeout`` seconds, oldest row first (with
+    ``may_lead``, only those that said they may lead)."""
     fresh = Heartbeat.objects.filter(beat_at__gte=_since(timeout)).order_by("id")
+    if may_lead:
+        fresh = fresh.filter(can_lead=True)
     return list(fresh.values_list("name", flat=True))
 
 

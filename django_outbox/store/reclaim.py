@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from django.db import transaction
 from django.db.models import F, QuerySet
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from django_outbox.conf import conf
@@ -26,8 +27,8 @@ from django_outbox.store.queries import STEP, Lanes, by_lane
 
 
 def lapsed() -> QuerySet[Delivery]:
-    """Claimed deliveries whose lease ran out."""
-    return Delivery.objects.filter(state=DeliveryState.SENDING, lease_until__lt=timezone.now())
+    """Claimed deliveries whose lease ran out, by the database's clock (which set it)."""
+    return Delivery.objects.filter(state=DeliveryState.SENDING, lease_until__lt=Now())
 
 
 def orphaned(timeout: float) -> QuerySet[Delivery]:
@@ -38,7 +39,7 @@ def orphaned(timeout: float) -> QuerySet[Delivery]:
     cannot have been silent that long, and a claim whose owner has no row at all
     (a worker of an older version) is not taken back before then either.
     """
-    claimed_before = timezone.now() + timedelta(seconds=conf.LEASE_SECONDS - timeout)
+    claimed_before = Now() + timedelta(seconds=conf.LEASE_SECONDS - timeout)
     return (
         Delivery.objects.filter(state=DeliveryState.SENDING, lease_until__lt=claimed_before)
         .alias(alive=owner_alive("claimed_by", timeout))

@@ -30,13 +30,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from django_outbox.backoff import decide
 from django_outbox.conf import conf
 from django_outbox.hosts import record_failures, record_successes
 from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
-from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome, server_failed
+from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
 from django_outbox.safe_text import one_line
 from django_outbox.store.bulk_insert import bulk_insert
 from django_outbox.store.claimed import (
@@ -145,25 +146,38 @@ def claim(ids: Sequence[int], token: str) -> list[ClaimedRow]:
     """Claim whichever of ``ids`` are queued and due, counting one attempt each.
 
     One ``UPDATE ... RETURNING`` (PostgreSQL, and SQLite 3.35+): a claim costs
-    one round trip, and a row another claim took is simply not returned.
+    one round trip, and a row another claim took is simply not returned.  The lease
+    runs from the database's clock, by which the recovery pass judges it.
     """
     if not ids:
         return []
     now = timezone.now()
-    lease = now + timedelta(seconds=conf.LEASE_SECONDS)
     table = connection.ops.quote_name(Delivery._meta.db_table)
     marks = ", ".join(["%s"] * len(ids))
+    lease, lease_params = _database_now_plus(conf.LEASE_SECONDS)
     sql = (
-        f"UPDATE {table} SET state = %s, claimed_by = %s, lease_until = %s, "
+        f"UPDATE {table} SET state = %s, claimed_by = %s, lease_until = {lease}, "
         f"attempts = attempts + 1 WHERE id IN ({marks}) AND state = %s "
         f"AND next_attempt_at <= %s RETURNING {', '.join(CLAIMED_COLUMNS)}"
     )
     adapt = connection.ops.adapt_datetimefield_value
-    params = [DeliveryState.SENDING.value, token, adapt(lease), *ids]
+    params = [DeliveryState.SENDING.value, token, *lease_params, *ids]
     params += [DeliveryState.QUEUED.value, adapt(now)]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [claimed_row(values, token) for values in cursor.fetchall()]
+
+
+def _database_now_plus(seconds: float) -> tuple[str, list[Any]]:
+    """SQL for the database's time ``seconds`` from now, with its parameters (the
+    worker's clock on a database this package has no expression for)."""
+    if connection.vendor == "postgresql":
+        return "CURRENT_TIMESTAMP + %s * INTERVAL '1 second'", [seconds]
+    if connection.vendor == "sqlite":
+        # The text Django stores (and its Now() compares with) on SQLite.
+        return "STRFTIME('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)", [f"+{seconds} seconds"]
+    later = timezone.now() + timedelta(seconds=seconds)
+    return "%s", [connection.ops.adapt_datetimefield_value(later)]
 
 
 def release(rows: Sequence[ClaimedRow]) -> Lanes:
@@ -177,6 +191,28 @@ def release(rows: Sequence[ClaimedRow]) -> Lanes:
     back = {"state": DeliveryState.QUEUED, "attempts": UNSPEND, "next_attempt_at": now}
     update_claimed(_ids_by_token(rows), back | {"dispatched_at": now, **_UNCLAIMED})
     return by_lane((row.id, row.lane) for row in rows)
+
+
+def release_claim(claim: tuple[Sequence[int], str, float, str]) -> Lanes:
+    """Give back unsent, their attempt refunded, whichever of ``ids`` are still claimed
+    under ``token``, due again ``after`` seconds from now, with ``error`` (if any) as
+    their last error (``claim`` is the four); the ids to publish now (none when ``after``
+    parks them).  For a claim whose rows the worker could not prepare, or whose answer
+    it never received."""
+    ids, token, after, error = claim
+    held = Delivery.objects.filter(id__in=list(ids), state=DeliveryState.SENDING, claimed_by=token)
+    rows = list(held.values_list("id", "lane"))
+    now = timezone.now()
+    noted = {"last_error": stored_error(error)} if error else {}
+    held.filter(id__in=[pk for pk, _ in rows]).update(
+        state=DeliveryState.QUEUED,
+        attempts=F("attempts") - 1,
+        next_attempt_at=now + timedelta(seconds=after),
+        dispatched_at=None if after else now,
+        **noted,
+        **_UNCLAIMED,
+    )
+    return by_lane(rows) if not after else {}
 
 
 def _ids_by_token(rows: Iterable[ClaimedRow]) -> dict[str, list[int]]:
@@ -238,7 +274,7 @@ def plan_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
             plan.succeeded.add(row.host)
             if check.failing:
                 plan.recovered.add(row.host)
-        elif outcome.result is AttemptResult.RETRY and server_failed(outcome.status):
+        elif outcome.host_failed:
             plan.failing.add(row.host)
         fields = _fields_for(outcome, now, plan)
         plan.updates.add(row.token, row.id, fields)

@@ -2,7 +2,7 @@
 
 What a ``deliver`` task does, minus Celery and threads: claim the due rows
 (:func:`~django_outbox.store.transitions.claim`), turn them into jobs
-(:func:`~django_outbox.worker.process.prepare_jobs`), make each attempt
+(:func:`~django_outbox.worker.preparing.prepare_jobs`), make each attempt
 (:func:`~django_outbox.worker.attempt.perform`: breaker, signing,
 double-knocking, judging the answer), then save the outcomes and send the
 signals (:func:`~django_outbox.worker.recorder.apply_outcomes`) and publish
@@ -32,7 +32,7 @@ from django_outbox.store.transitions import claim, release
 from django_outbox.testing.inbox import FakeTransport
 from django_outbox.transport import Transport
 from django_outbox.worker.attempt import Job, perform
-from django_outbox.worker.process import prepare_jobs
+from django_outbox.worker.preparing import DirectAnswers, prepare_jobs
 from django_outbox.worker.recorder import apply_outcomes, publish_effects
 
 #: Rounds one call makes at most; each spends an attempt or frees a successor.
@@ -102,7 +102,7 @@ def _round(
     """One attempt at each claimed row, recorded as the worker's recorder would."""
     outcomes: list[Outcome] = []
     messages = load_messages({row.message_id for row in claimed})
-    jobs = prepare_jobs(claimed, messages, conf.KEY_RESOLVER, outcomes.append)
+    jobs = prepare_jobs(claimed, messages, DirectAnswers(conf.KEY_RESOLVER), outcomes.append)
     try:
         asyncio.run(_perform_each(jobs, transport, breakers, policy, outcomes))
     finally:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -62,6 +63,9 @@ class Job:
     extra_headers: Mapping[str, str] = field(default_factory=dict)
     #: What to pay and present, when ``OUTBOX_PAYMENTS`` is set.
     payment: PaymentJob | None = None
+    #: Monotonic time by which the attempt must have ended, whatever it waits for: a
+    #: little before its lease lapses, after which another worker may send it.
+    finish_by: float = math.inf
 
     def outcome(
         self,

@@ -86,6 +86,7 @@ class Engine(Generic[J]):
         parked: int | None = None,
         max_in_flight: int | None = None,
         slow_after: float = SLOW_AFTER,
+        on_turn: Callable[[int], None] | None = None,
     ) -> None:
         self._work = work
         self._host_of = host_of
@@ -112,18 +113,35 @@ class Engine(Generic[J]):
         self._stopping = False
         # Per loop, by urgency (index 0: the urgent loop): a pump is on its way.
         self._pump_scheduled = [False, False]
+        self._on_turn = on_turn
         self._loops = (asyncio.new_event_loop(), asyncio.new_event_loop())
-        for lane, name in ((1, "outbox-engine"), (0, "outbox-engine-urgent")):
-            threading.Thread(target=self._run_loop, args=(lane,), name=name, daemon=True).start()
+        #: The threads of the urgent loop and of the main loop, in that order.
+        self.threads = tuple(
+            threading.Thread(target=self._run_loop, args=(lane,), name=name, daemon=True)
+            for lane, name in ((0, "outbox-engine-urgent"), (1, "outbox-engine"))
+        )
+        for thread in self.threads:
+            thread.start()
 
     # -- the loops -------------------------------------------------------------------
 
     def _run_loop(self, lane: int) -> None:
         loop = self._loops[lane]
         asyncio.set_event_loop(loop)
-        if lane:
-            loop.call_soon(self._watch)
+        loop.call_soon(self._turn, lane)
         loop.run_forever()
+
+    def _turn(self, lane: int) -> None:
+        """Every :data:`_WATCH_EVERY` seconds on each loop: tell ``on_turn`` the loop
+        turns, and (on the main loop) count slow jobs."""
+        try:
+            if self._on_turn is not None:
+                self._on_turn(lane)
+            if lane:
+                self._watch()
+        finally:
+            if not self._stopping:
+                self._loops[lane].call_later(_WATCH_EVERY, self._turn, lane)
 
     def call(self, coroutine: Coroutine[Any, Any, T]) -> Future[T]:
         """Run ``coroutine`` on the engine's main loop (from another thread); its future."""
@@ -210,7 +228,6 @@ class Engine(Generic[J]):
                 self._room_made.notify_all()
         if grew:
             self._pump(1)
-        self._loops[1].call_later(_WATCH_EVERY, self._watch)
 
     def _parked_behind_slow(self, since: float) -> int:
         """Jobs parked behind hosts all of whose running jobs started before ``since``

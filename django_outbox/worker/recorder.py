@@ -16,11 +16,12 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
+from typing import NamedTuple, TypeVar
 
-from django.db import DatabaseError, connections
+from django.db import connections
 from django.utils import timezone
 
 from django_outbox.backoff import held_until
@@ -29,20 +30,27 @@ from django_outbox.dispatch import publish
 from django_outbox.metrics.recording import record_batch
 from django_outbox.models import Signing
 from django_outbox.notify import AttemptSignals
-from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.payments.ledger import record_payments
 from django_outbox.payments.reports import PARKED_HOLDS
 from django_outbox.signing.schemes import share_learnt
 from django_outbox.store.claimed import ClaimedRow
+from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import (
     OutcomePlan,
     park,
     plan_outcomes,
     promote_successors,
+    release_claim,
     save_outcomes,
 )
+from django_outbox.worker.callbacks import call_each
+from django_outbox.worker.supervisor import Part
 
 logger = logging.getLogger("django_outbox.recorder")
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
@@ -60,7 +68,7 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     so that a delivery seen settled has its host's scheme known to every worker.
     """
     share_learnt()
-    outcomes = [_unless_sender_gone(outcome) for outcome in outcomes]
+    outcomes = _unless_senders_gone(outcomes)
     payments = conf.PAYMENTS
     if payments is not None:
         # Committed first: what was paid is kept even if the claim was lost meanwhile.
@@ -103,23 +111,53 @@ def publish_effects(plan: OutcomePlan) -> None:
     publish(promote_successors(plan.finished))
 
 
-def _unless_sender_gone(outcome: Outcome) -> Outcome:
-    """``outcome`` as a refusal when its status is one after which the sender may be
-    gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and the key resolver says it is.
+def _unless_senders_gone(outcomes: Sequence[Outcome]) -> list[Outcome]:
+    """``outcomes``, each a refusal when its status is one after which the sender may be
+    gone for good (``OUTBOX_SENDER_GONE_STATUSES``) and ``OUTBOX_SENDER_GONE`` says it is.
 
-    Webhooks are left as they are: their senders are not actors the key resolver knows.
+    The check is the application's function: asked once per sender, bounded in time
+    (:func:`~django_outbox.worker.callbacks.call_each`); one that raises or does not
+    answer leaves the outcome a retry, noted in its error.  Webhooks are left as they
+    are: their senders are not actors the key resolver knows.
     """
-    if outcome.result is not AttemptResult.RETRY:
-        return outcome
-    if outcome.message.signing != Signing.HTTP_SIGNATURES:
-        return outcome
-    if outcome.status not in conf.SENDER_GONE_STATUSES:
-        return outcome
     gone = conf.SENDER_GONE
-    if gone is None or not gone(outcome.message.sender):
-        return outcome
-    error = f"{outcome.error}; the sender is gone"
-    return replace(outcome, result=AttemptResult.REFUSED, error=error)
+    asked = [i for i, outcome in enumerate(outcomes) if _may_be_gone(outcome)]
+    if gone is None or not asked:
+        return list(outcomes)
+    senders = {outcomes[i].message.sender for i in asked}
+    answers = call_each(gone, ((sender, (sender,)) for sender in senders), "OUTBOX_SENDER_GONE")
+    checked = list(outcomes)
+    for i in asked:
+        outcome = checked[i]
+        answer = answers[outcome.message.sender]
+        if isinstance(answer, Exception):
+            logger.warning("OUTBOX_SENDER_GONE failed for delivery %s: %r", outcome.row.id, answer)
+            error = f"{outcome.error}; internal: the sender-gone check failed: {answer}"
+            checked[i] = replace(outcome, error=error)
+        elif answer:
+            error = f"{outcome.error}; the sender is gone"
+            checked[i] = replace(outcome, result=AttemptResult.REFUSED, error=error)
+    return checked
+
+
+def _may_be_gone(outcome: Outcome) -> bool:
+    return (
+        outcome.result is AttemptResult.RETRY
+        and outcome.message.signing == Signing.HTTP_SIGNATURES
+        and outcome.status in conf.SENDER_GONE_STATUSES
+    )
+
+
+class Release(NamedTuple):
+    """Deliveries to give back unsent, named by id and claim token: a claim whose rows
+    could not be prepared (the database went away meanwhile), or whose answer was lost."""
+
+    ids: tuple[int, ...]
+    token: str
+    #: Seconds before they may be claimed again (parked until then), or 0: at once.
+    after: float = 0.0
+    #: Why, for their ``last_error``; or ``""``, which leaves it as it was.
+    error: str = ""
 
 
 class Recorder:
@@ -130,6 +168,13 @@ class Recorder:
     :attr:`WINDOW` seconds after the first outcome of a batch (or until
     :attr:`BATCH` of them), then saves them together.  :meth:`flush` cuts the
     window short.
+
+    While the database is away a batch is tried again until it answers.  Any other
+    exception is logged with the deliveries involved and the batch is saved one outcome
+    at a time; an outcome that still cannot be saved is replaced by an internal error
+    (a retry, visible on its row), and one that cannot be saved even so makes the
+    process unfit (``unfit``): the thread itself goes on.  Each save is a step of
+    :attr:`part`, which the supervisor watches.
     """
 
     #: The most outcomes saved in one batch.
@@ -137,20 +182,29 @@ class Recorder:
     #: Seconds a batch waits for more outcomes after its first.
     WINDOW = 0.05
 
-    def __init__(self) -> None:
+    def __init__(self, unfit: Callable[[str], None] | None = None) -> None:
         # None is no outcome: flush() puts it to wake a gathering thread.
-        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Outcome | Release | None] = queue.SimpleQueue()
         self._pending = 0
         self._flushing = 0
         self._idle = threading.Condition()
+        self._unfit = unfit
+        #: The batch being saved, for :meth:`abandon`.
+        self._current: list[Outcome | Release] = []
         self._thread = threading.Thread(target=self._loop, name="outbox-recorder", daemon=True)
+        self.part = Part("recorder", conf.STALL_TIMEOUT, threads=lambda: (self._thread,))
         self._thread.start()
 
-    def put(self, outcome: Outcome) -> None:
-        """Queue ``outcome`` to be saved."""
+    def put(self, item: Outcome | Release) -> None:
+        """Queue an outcome to be saved, or claimed rows to be given back."""
         with self._idle:
             self._pending += 1
-        self._queue.put(outcome)
+        self._queue.put(item)
+
+    def backlog(self) -> int:
+        """Outcomes and releases queued or being saved."""
+        with self._idle:
+            return self._pending
 
     def flush(self, timeout: float) -> bool:
         """Wait until every queued outcome is saved; False if ``timeout`` passed first.
@@ -169,18 +223,40 @@ class Recorder:
             with self._idle:
                 self._flushing -= 1
 
+    def abandon(self) -> list[Outcome | Release]:
+        """What is queued or being saved, taken out of the queue: for an unfit process
+        to give back (a conditional release cannot undo a save that wins the race)."""
+        taken = list(self._current)
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return taken
+            if item is not None:
+                taken.append(item)
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
     def _loop(self) -> None:
         while True:
             first = self._queue.get()
             if first is None:
                 continue
             batch = self._gather(first)
-            self._save(batch)
-            with self._idle:
-                self._pending -= len(batch)
-                self._idle.notify_all()
+            self._current = batch
+            try:
+                self._save(batch)
+            except Exception as error:  # a fault of the fallbacks themselves
+                logger.exception("the recorder could not save a batch")
+                self._fail(f"the recorder could not save a batch: {error!r}")
+            finally:
+                self._current = []
+                with self._idle:
+                    self._pending -= len(batch)
+                    self._idle.notify_all()
 
-    def _gather(self, first: Outcome) -> list[Outcome]:
+    def _gather(self, first: Outcome | Release) -> list[Outcome | Release]:
         """``first`` and what else comes within the window, or is already queued."""
         batch = [first]
         until = time.monotonic() + self.WINDOW
@@ -196,21 +272,69 @@ class Recorder:
                 batch.append(item)
         return batch
 
-    def _save(self, batch: list[Outcome]) -> None:
+    def _save(self, batch: list[Outcome | Release]) -> None:
+        for item in batch:
+            if isinstance(item, Release):
+                lanes = self._persist("giving back claimed deliveries", release_claim, item)
+                publish(lanes)
+        outcomes = [item for item in batch if isinstance(item, Outcome)]
+        for plan in self._record(outcomes) if outcomes else []:
+            try:
+                publish_effects(plan)
+            except Exception:
+                logger.exception("could not publish retries or successors after saving outcomes")
+
+    def _record(self, outcomes: list[Outcome]) -> list[OutcomePlan]:
+        """Save ``outcomes`` together, or else one at a time; the plans saved."""
+        try:
+            return [self._persist(f"saving {len(outcomes)} outcomes", apply_outcomes, outcomes)]
+        except Exception:
+            logger.exception(
+                "could not save the outcomes of deliveries %s; saving them one at a time",
+                _ids(outcomes),
+            )
+        plans = (self._record_alone(outcome) for outcome in outcomes)
+        return [plan for plan in plans if plan is not None]
+
+    def _record_alone(self, outcome: Outcome) -> OutcomePlan | None:
+        """Save ``outcome``, or an internal error in its place; None if neither saves."""
+        doing = f"saving the outcome of delivery {outcome.row.id}"
+        try:
+            return self._persist(doing, apply_outcomes, [outcome])
+        except Exception as error:
+            logger.exception("could not save the outcome of delivery %s", outcome.row.id)
+            failed = internal_error(
+                outcome.row, outcome.message, "its outcome could not be saved", error
+            )
+        try:
+            return self._persist(doing, apply_outcomes, [failed])
+        except Exception as error:
+            logger.exception("could not save an internal error for delivery %s", outcome.row.id)
+            self._fail(f"the recorder cannot save delivery {outcome.row.id}: {error!r}")
+            return None
+
+    def _persist(self, doing: str, save: Callable[[T], R], argument: T) -> R:
+        """``save(argument)``, tried again while the database is away (not counted as
+        stuck: each try is a step of its own); what else it raises, raised."""
         pause = 0.5
         while True:
-            try:
-                plan = apply_outcomes(batch)
-                break
-            except DatabaseError:
-                # The database is away: keep the outcomes and try again.  If
-                # the process dies meanwhile, the leases lapse and the sweeper
-                # sends those deliveries again (at least once).
-                logger.warning("could not save %d outcomes; retrying", len(batch), exc_info=True)
-                connections.close_all()
-                time.sleep(pause)
-                pause = min(pause * 2, 10.0)
-        try:
-            publish_effects(plan)
-        except Exception:
-            logger.exception("could not publish retries or successors after saving outcomes")
+            with self.part.step(doing):
+                try:
+                    return save(argument)
+                except DATABASE_OUTAGES:
+                    # The database is away: keep the outcomes and try again.  If the
+                    # process dies meanwhile, its claims are taken back (at least once).
+                    logger.warning("%s: the database is away; retrying", doing, exc_info=True)
+                    connections.close_all()
+            time.sleep(pause)
+            pause = min(pause * 2, 10.0)
+
+    def _fail(self, reason: str) -> None:
+        if self._unfit is not None:
+            self._unfit(reason)
+
+
+def _ids(outcomes: Sequence[Outcome]) -> str:
+    """The delivery ids of ``outcomes`` for a log line (the first 50)."""
+    ids = [str(outcome.row.id) for outcome in outcomes]
+    return ", ".join(ids[:50]) + (f" and {len(ids) - 50} more" if len(ids) > 50 else "")

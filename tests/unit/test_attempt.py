@@ -24,7 +24,8 @@ from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import Transport
 from django_outbox.worker.attempt import Job, perform
-from django_outbox.worker.process import run_deliveries, this_process
+from django_outbox.worker.claiming import run_deliveries
+from django_outbox.worker.process import this_process
 from testproject.demo.keys import ACTOR, resolve
 from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.broker import RecordingApp
@@ -146,7 +147,10 @@ def test_an_exception_while_attempting_is_a_retry_and_the_next_attempt_sends(
         settle()
     failed = Delivery.objects.get(pk=row.pk)
     assert (failed.state, failed.attempts, failed.claimed_by) == ("queued", 1, "")
-    assert (failed.last_status, failed.last_error) == (None, "internal: RuntimeError('boom')")
+    assert (failed.last_status, failed.last_error) == (
+        None,
+        "internal: the attempt: RuntimeError: boom",
+    )
     assert inbox_server.requests() == []
     # Retried on a countdown (jitter shortens the second by up to a quarter).
     assert broker.countdowns() == {row.pk: 1}

@@ -65,3 +65,27 @@ def test_permanent_statuses() -> None:
     ]
     assert permanent_status(501)
     assert not any(permanent_status(s) for s in (200, 202, 500, 502, 503))
+
+
+def test_an_internal_error_comes_back_soon_and_still_spends_its_attempts() -> None:
+    from django_outbox.backoff import INTERNAL_RETRY_BASE, decide
+    from django_outbox.outcomes import AttemptResult, Outcome, internal_error
+    from django_outbox.store.claimed import ClaimedRow, MessageData
+
+    def failed(attempts: int, max_attempts: int = 16) -> Outcome:
+        row = ClaimedRow(
+            1, 1, "https://a.example/inbox", "a.example", [], "outbox", "", attempts, "t"
+        )
+        message = MessageData(1, "actor", b"{}", b"", "", None, "", False, max_attempts)
+        return internal_error(row, message, "preparing the delivery", LookupError("gone"))
+
+    first = decide(failed(1), NOW)
+    assert first.retry_at is not None
+    assert INTERNAL_RETRY_BASE * 0.75 <= (first.retry_at - NOW).total_seconds() <= 5
+    third = decide(failed(3), NOW).retry_at
+    assert third is not None and (third - NOW).total_seconds() <= 4 * INTERNAL_RETRY_BASE
+    assert decide(failed(16), NOW).give_up == "gave up after 16 attempts"
+    outcome = failed(1)
+    assert outcome.result is AttemptResult.RETRY and not outcome.host_failed
+    assert outcome.error == "internal: preparing the delivery: LookupError: gone"
+    assert Outcome(outcome.row, outcome.message, AttemptResult.RETRY, status=503).host_failed

@@ -9,7 +9,7 @@ from django.db import OperationalError
 from django.test import override_settings
 
 from django_outbox.models import Delivery
-from django_outbox.worker import process as worker
+from django_outbox.worker import claiming as worker
 
 
 class Engine:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.db import OperationalError
 from django.test import override_settings
@@ -11,6 +13,7 @@ from django_outbox.store import heartbeats
 from django_outbox.store.claimed import new_token, owner_name
 from django_outbox.worker import heartbeat
 from django_outbox.worker.heartbeat import Heart
+from django_outbox.worker.supervisor import Part, Supervisor
 from tests.support.rows import ago
 
 pytestmark = pytest.mark.django_db
@@ -89,7 +92,7 @@ def test_a_failed_beat_ends_the_steady_run(monkeypatch: pytest.MonkeyPatch) -> N
     heart.beat_once()
     assert heart.steady_since is not None
 
-    def unreachable(name: str) -> None:
+    def unreachable(name: str, **report: object) -> None:
         raise OperationalError("the database went away")
 
     monkeypatch.setattr(heartbeat, "beat", unreachable)
@@ -103,3 +106,45 @@ def test_stopping_a_heart_that_never_ran_threads_deletes_its_row() -> None:
     heart.beat_once()
     heart.stop()
     assert not Heartbeat.objects.exists()
+
+
+def test_a_process_whose_recovery_pass_is_stuck_hands_the_leadership_on() -> None:
+    stuck_watch, other_watch = Supervisor(), Supervisor()
+    older, younger = Heart(stuck_watch), Heart(other_watch)
+    younger.name = "another:2:b"  # a second process (one process has one name)
+    older.beat_once()
+    younger.beat_once()
+    assert older.leader and not younger.leader
+    recovery = stuck_watch.add(Part("recovery pass", 0.01, may_lead_only=True))
+    with recovery.step("recovery step 'broker'"):
+        time.sleep(0.03)
+        older.beat_once()
+        younger.beat_once()
+        assert not older.leader and younger.leader
+        row = Heartbeat.objects.get(name=older.name)
+        assert not row.can_lead
+        assert row.parts["recovery pass"]["stuck"]
+        assert row.parts["recovery pass"]["doing"] == "recovery step 'broker'"
+    older.beat_once()
+    assert older.leader, "leading again once its pass returned"
+
+
+def test_a_beat_reports_the_parts_and_the_recorder_backlog() -> None:
+    watched = Supervisor()
+    watched.add(Part("recorder", 10.0))
+    heart = Heart(watched, backlog=lambda: 42)
+    heart.beat_once()
+    heart.beat_once()
+    row = Heartbeat.objects.get(name=heart.name)
+    assert (row.backlog, row.leader, row.can_lead) == (42, True, True)
+    assert row.parts == {"recorder": {"alive": True, "busy_for": 0.0, "stuck": False, "doing": ""}}
+
+
+def test_an_unfit_process_beats_no_more() -> None:
+    watched = Supervisor()
+    heart = Heart(watched)
+    heart.beat_once()
+    Heartbeat.objects.filter(name=heart.name).update(beat_at=ago(30))
+    watched.broken = "the event loop has been stuck for 12 s"
+    heart.beat_once()
+    assert Heartbeat.objects.get(name=heart.name).beat_at < ago(29)

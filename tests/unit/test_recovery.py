@@ -204,3 +204,18 @@ def test_a_give_up_that_signals_leaves_nothing_pending_nor_does_a_requeue(
     give_ups.give_up([requeued.pk], "given up by hand")
     operations.requeue([requeued.pk])
     assert not Delivery.objects.filter(failed_signal_pending=True).exists()
+
+
+def test_a_lapsed_lease_of_a_live_owner_is_taken_back_by_the_pass(
+    memory_broker: MemoryBroker,
+) -> None:
+    """A process that beats but never reports back: its lease lapses (by the database's
+    clock) and the next pass takes the delivery back, beat or no beat."""
+    heartbeats.beat("alive:3:cccccccccccc")
+    row = claimed("alive:3:cccccccccccc", lease_from_now=-1)
+    assert recovery.recover(judge_owners=False).get("lapsed") is None
+    assert state_of(row) == SENDING
+    counts = recovery.recover(judge_owners=True)
+    assert (counts["reclaimed"], counts["lapsed"]) == (0, 1)
+    assert state_of(row) == QUEUED
+    assert memory_broker.ids(Lane.DEFAULT) == {row.pk}

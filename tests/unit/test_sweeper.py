@@ -292,3 +292,21 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
     assert not Delivery.objects.filter(pk=old.pk).exists()
     assert list(Heartbeat.objects.values_list("name", flat=True)) == ["alive:1:0"]
     assert published(broker) == {Lane.DEFAULT: {lapsed.pk, parked.pk, stranded.pk}}
+
+
+def test_a_sweep_step_that_raises_leaves_the_others_to_run(
+    broker: RecordingApp, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def unreadable() -> int:
+        raise OSError("the macaroon file is gone after a rotation")
+
+    monkeypatch.setattr(sweeper, "resolve_payments", unreadable)
+    monkeypatch.setattr(sweeper, "fail_expired", unreadable)
+    parked = delivery(message(), QUEUED, dispatched_at=None)
+    Heartbeat.objects.create(name="gone:1:0", beat_at=ago(2 * LONG_AGO))
+    with caplog.at_level(logging.WARNING):
+        counts = sweeper.sweep()
+    assert (counts["expired"], counts["payments"]) == (0, 0)
+    assert (counts["dispatched"], counts["pruned_heartbeats"]) == (1, 1)
+    assert "sweep step 'payments' failed: OSError" in caplog.text
+    assert published(broker) == {Lane.DEFAULT: {parked.pk}}
