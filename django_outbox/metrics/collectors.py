@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -36,6 +36,7 @@ from django_outbox.metrics.tally import (
 from django_outbox.models import FINAL_STATES, Lane
 from django_outbox.signing.http import Scheme
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME
+from django_outbox.status.processes import ProcessStatus
 from django_outbox.status.snapshot import STATES, Snapshot, cached_snapshot
 
 logger = logging.getLogger("django_outbox.metrics")
@@ -196,6 +197,7 @@ def gauge_families(snapshot: Snapshot) -> Iterator[Metric]:
         "Deliveries the worker processes' engines may have in flight at most.",
         value=capacity,
     )
+    yield from process_families(snapshot.processes)
     yield GaugeMetricFamily(
         "outbox_snapshot_timestamp_seconds",
         "When the database was last read for these gauges (Unix time).",
@@ -206,3 +208,43 @@ def gauge_families(snapshot: Snapshot) -> Iterator[Metric]:
         "Seconds reading the database took.",
         value=snapshot.took,
     )
+
+
+def process_families(processes: Sequence[ProcessStatus]) -> Iterator[Metric]:
+    """The gauges of the worker processes' heartbeat rows: who beats, who leads, what
+    ails them, and what their recorders have not saved yet."""
+    beating = [process for process in processes if process.beating]
+    yield GaugeMetricFamily(
+        "outbox_processes_beating",
+        "Worker processes that beat within the heartbeat timeout.",
+        value=len(beating),
+    )
+    yield GaugeMetricFamily(
+        "outbox_process_leaders",
+        "Beating worker processes that run the recovery passes (1 when all is well).",
+        value=sum(process.leader for process in beating),
+    )
+    yield GaugeMetricFamily(
+        "outbox_recorder_backlog",
+        "Outcomes the beating processes' recorders had not saved at their last beat.",
+        value=sum(process.backlog for process in beating),
+    )
+    yield GaugeMetricFamily(
+        "outbox_process_last_beat_age_seconds",
+        "Seconds since the beat of the process that has been silent longest (beating ones).",
+        value=max((process.silent_for for process in beating), default=0.0),
+    )
+    unwell = GaugeMetricFamily(
+        "outbox_process_parts_unwell",
+        "Beating worker processes whose part was dead or stuck at their last beat, by part.",
+        labels=["part"],
+    )
+    counts: dict[str, int] = {}
+    for process in beating:
+        for part in process.parts:
+            counts.setdefault(part, 0)
+        for part in process.unwell:
+            counts[part] += 1
+    for part, count in sorted(counts.items()):
+        unwell.add_metric([part], count)
+    yield unwell

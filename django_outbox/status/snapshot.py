@@ -23,6 +23,7 @@ from django_outbox.breakers import BreakerState, BreakerStoreUnavailable
 from django_outbox.breakers.configured import configured_store
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Lane
+from django_outbox.status.processes import ProcessStatus, process_statuses
 from django_outbox.status.timings import (
     HostTime,
     Quantiles,
@@ -85,6 +86,8 @@ class Snapshot:
     engine: tuple[int, int, int]
     #: What could not be read (Redis away...), for the reader to see.
     problems: list[str] = field(default_factory=list)
+    #: The worker processes by their heartbeat rows.
+    processes: list[ProcessStatus] = field(default_factory=list)
     took: float = 0.0
 
     def totals(self) -> dict[str, int]:
@@ -148,6 +151,7 @@ class Snapshot:
                 for state in self.breakers
             ],
             "engine": {"processes": engine[0], "in_flight": engine[1], "capacity": engine[2]},
+            "processes": [process.as_dict() for process in self.processes],
             "problems": self.problems,
         }
 
@@ -265,6 +269,7 @@ def take_snapshot() -> Snapshot:
         breakers=breakers,
         engine=engine,
         problems=problems,
+        processes=process_statuses(),
         took=time.perf_counter() - began,
     )
 

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from django_outbox.status.hosts import HostReport
+from django_outbox.status.processes import ProcessStatus
 from django_outbox.status.snapshot import RECENT, STATES, Snapshot
 from django_outbox.status.timings import Quantiles
 
@@ -115,6 +116,7 @@ def render_snapshot(snapshot: Snapshot) -> str:
             ["host", "attempts", "p90", "slowest"],
             ([h.host, h.attempts, seconds(h.p90), seconds(h.slowest)] for h in snapshot.slowest),
         )
+    lines += ["", *render_processes(snapshot.processes)]
     lines += ["", f"open breakers: {len(snapshot.breakers):,}"]
     if snapshot.breakers:
         lines += table(
@@ -185,3 +187,35 @@ def render_host(report: HostReport) -> str:
     )
     lines += [f"problem: {problem}" for problem in report.problems]
     return "\n".join(lines)
+
+
+def render_processes(processes: Sequence[ProcessStatus]) -> list[str]:
+    """The worker processes' section: how many beat, who leads, and each one's state."""
+    beating = [process for process in processes if process.beating]
+    leaders = [process.name for process in beating if process.leader]
+    if not beating:
+        head = "worker processes: NONE is beating: nothing is being sent or recovered"
+    else:
+        led = f"leader {leaders[0]}" if leaders else "no leader yet"
+        head = f"worker processes: {len(beating)} beating, {led}"
+    rows = (
+        [
+            process.name,
+            "leader" if process.leader else ("may not lead" if not process.can_lead else ""),
+            f"{seconds(process.silent_for)} ago" + ("" if process.beating else " (dead)"),
+            f"{process.backlog:,}",
+            ", ".join(_ailing(process)) or "all well",
+        ]
+        for process in processes
+    )
+    return [head, *table(["process", "role", "last beat", "recorder backlog", "parts"], rows)]
+
+
+def _ailing(process: ProcessStatus) -> list[str]:
+    found = []
+    for name in process.unwell:
+        part = process.parts[name]
+        state = "dead" if not part.get("alive", True) else f"stuck {seconds(part['busy_for'])}"
+        doing = f" ({part['doing']})" if part.get("doing") else ""
+        found.append(f"{name} {state}{doing}")
+    return found

@@ -1,0 +1,239 @@
+"""Partial failures: an exception or a hang injected at each step of real worker processes.
+
+Each test starts the README's worker (two pool processes) with the package's default
+timers on the chaos tests' private broker, with the fault points of
+``testproject/faults.py`` installed, arms one fault (it fires once, in whichever process
+reaches it first), sends to loopback hosts that count every request, and checks, with no
+beat running:
+
+- every delivery is delivered, or queued again with its reason recorded, within
+  :data:`BOUND` seconds of the fault, and none is left in ``sending``;
+- each inbox received the activity, and no more duplicates than deliveries were being
+  sent when the fault struck (all that at-least-once may send twice);
+- afterwards the worker is whole: two pool processes beating, every supervised part
+  alive and not stuck (a process made unfit by the fault has been replaced).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+
+import pytest
+from django.db.models import Q
+from django.utils import timezone
+
+from django_outbox import Batch, outbox
+from django_outbox.models import Delivery, DeliveryState, Heartbeat
+from django_outbox.tasks import sweep
+from testproject.demo.keys import ACTOR
+from testproject.inbox_servers import Behaviour
+from tests.support.chaos import NOTE, Farm, Workers, children, report, states, wait_until
+from tests.support.faults import Faults, Firing, fault_settings
+from tests.support.rows import ago, delivery, hence, message
+from tests.support.workers import Worker
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
+
+#: Seconds after the fault within which every delivery is accounted for (issue 21).
+BOUND = 30.0
+#: Deliveries per test, over :data:`HOSTS` hosts.
+FAN_OUT = 200
+HOSTS = 20
+
+
+@pytest.fixture
+def faults(redis_url: str) -> Iterator[Faults]:
+    plan = Faults(redis_url)
+    yield plan
+    plan.clear()
+
+
+def start(chaos_workers: Workers, redis_url: str) -> Worker:
+    (worker,) = chaos_workers.start(1, extra=fault_settings(redis_url))
+    return worker
+
+
+def accounted() -> bool:
+    """No delivery in ``sending``, and every one not delivered has a recorded reason."""
+    live = Delivery.objects.exclude(state=DeliveryState.DELIVERED)
+    return not live.filter(Q(state=DeliveryState.SENDING) | Q(last_error="")).exists()
+
+
+def all_delivered(expected: int) -> bool:
+    return Delivery.objects.filter(state=DeliveryState.DELIVERED).count() == expected
+
+
+def whole(worker: Worker, processes: int = 2) -> bool:
+    """The worker's pool has ``processes`` processes, each beating with every part
+    alive and none stuck."""
+    pool = set(children(worker.pid))
+    if len(pool) != processes:
+        return False
+    fresh = Heartbeat.objects.filter(beat_at__gte=timezone.now() - timedelta(seconds=6))
+    rows = [row for row in fresh if int(row.name.split(":")[1]) in pool]
+    if {int(row.name.split(":")[1]) for row in rows} != pool:
+        return False
+    return all(
+        part["alive"] and not part["stuck"] for row in rows for part in row.parts.values()
+    ) and all(row.parts for row in rows)
+
+
+def check(
+    name: str,
+    farm: Farm,
+    inboxes: list[str],
+    firing: Firing,
+    worker: Worker,
+    *,
+    settled: Callable[[], bool] = accounted,
+) -> None:
+    """The three checks of the module docstring, with the figures printed."""
+    wait_until(lambda: settled() and Delivery.objects.count() >= len(inboxes), BOUND + 30)
+    took = time.time() - firing.at
+    wait_until(lambda: all_delivered(len(inboxes)), 120, every=0.25)
+    tally = farm.tally(inboxes)
+    report(name, accounted_after=round(took, 1), sending_at_fault=firing.sending, tally=tally)
+    assert took <= BOUND, f"{name}: accounted for {took:.1f} s after the fault"
+    assert tally.missing == 0, f"{name}: {tally}"
+    assert tally.duplicates <= max(0, firing.sending), f"{name}: {tally}"
+    wait_until(lambda: whole(worker), 60, every=0.5)
+
+
+def fan_out(farm: Farm, tag: str) -> list[str]:
+    inboxes = farm.inboxes(FAN_OUT)
+    outbox.send(ACTOR, NOTE, inboxes, batch=Batch(tag=tag))
+    return inboxes
+
+
+# -- the task's steps, between the claim and the hand-over --------------------------
+
+
+@pytest.mark.parametrize(
+    ("point", "kind"),
+    [
+        ("key_resolver", "raise"),
+        ("key_resolver", "hang"),
+        ("jobs_for", "raise"),
+        ("jobs_for", "hang"),
+    ],
+)
+def test_a_fault_while_a_claim_is_prepared(
+    chaos_workers: Workers, faults: Faults, redis_url: str, point: str, kind: str
+) -> None:
+    worker = start(chaos_workers, redis_url)
+    faults.arm(point, kind)
+    with Farm(HOSTS) as farm:
+        inboxes = fan_out(farm, f"{point}-{kind}")
+        (firing,) = faults.wait_fired()
+        check(f"{point} {kind}", farm, inboxes, firing, worker)
+
+
+# -- the recorder's steps -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("point", "kind"),
+    [
+        ("signal_receiver", "raise"),
+        ("signal_receiver", "hang"),
+        ("recorder_save", "raise"),
+        ("recorder_save", "hang"),
+    ],
+)
+def test_a_fault_while_outcomes_are_recorded(
+    chaos_workers: Workers, faults: Faults, redis_url: str, point: str, kind: str
+) -> None:
+    worker = start(chaos_workers, redis_url)
+    faults.arm(point, kind)
+    with Farm(HOSTS) as farm:
+        inboxes = fan_out(farm, f"{point}-{kind}")
+        (firing,) = faults.wait_fired()
+        check(f"{point} {kind}", farm, inboxes, firing, worker)
+
+
+@pytest.mark.parametrize("kind", ["raise", "hang"])
+def test_a_fault_in_the_sender_gone_check(
+    chaos_workers: Workers, faults: Faults, redis_url: str, kind: str
+) -> None:
+    """Hosts that refuse both signature schemes once (401, 401), then accept: each
+    delivery's first answer asks the key resolver whether the sender is gone."""
+    worker = start(chaos_workers, redis_url)
+    faults.arm("gone", kind)
+    with Farm(HOSTS, Behaviour(statuses=(401, 401, 202))) as farm:
+        inboxes = fan_out(farm, f"gone-{kind}")
+        (firing,) = faults.wait_fired()
+        check(f"gone {kind}", farm, inboxes, firing, worker)
+    noted = Delivery.objects.filter(last_error__contains="the sender-gone check failed")
+    assert not noted.exclude(state=DeliveryState.DELIVERED).exists()
+
+
+# -- the leader's recovery pass -------------------------------------------------------
+
+
+def test_a_hung_broker_call_in_the_recovery_pass_hands_the_leadership_on(
+    chaos_workers: Workers, faults: Faults, redis_url: str
+) -> None:
+    worker = start(chaos_workers, redis_url)
+    wait_until(lambda: Heartbeat.objects.filter(leader=True).exists(), 30)
+    faults.arm("recovery_broker", "hang")
+    (firing,) = faults.wait_fired()
+    with Farm(HOSTS) as farm:
+        # Deliveries whose message never reached the broker: only a recovery pass sends them.
+        parent = message()
+        inboxes = farm.inboxes(50)
+        for inbox in inboxes:
+            delivery(parent, inbox=inbox, dispatched_at=None, next_attempt_at=ago(1))
+        wait_until(lambda: all_delivered(len(inboxes)), BOUND, every=0.25)
+        took = time.time() - firing.at
+        report("recovery broker hang", delivered_after=round(took, 1), tally=farm.tally(inboxes))
+        assert took <= BOUND
+        assert farm.tally(inboxes).duplicates == 0
+    stuck = Heartbeat.objects.get(name__contains=f":{firing.pid}:")
+    assert not stuck.can_lead and not stuck.leader
+    assert stuck.parts["recovery pass"]["stuck"]
+    assert Heartbeat.objects.filter(leader=True).exclude(pk=stuck.pk).exists()
+    assert len(children(worker.pid)) == 2, "a stuck pass costs the leadership, not the process"
+
+
+# -- the sweeper's steps --------------------------------------------------------------
+
+
+def sweep_scene() -> tuple[Delivery, str]:
+    """An expired delivery and a long-dead heartbeat row, for a sweep to clear."""
+    expired = delivery(message(deadline=ago(1)), next_attempt_at=hence(3600))
+    Heartbeat.objects.create(name="gone:1:000000000000", beat_at=ago(7200))
+    return expired, "gone:1:000000000000"
+
+
+@pytest.mark.parametrize("step", ["expired", "dispatched", "payments", "signals"])
+def test_a_sweeper_step_that_raises_leaves_the_others_to_run(
+    chaos_workers: Workers, faults: Faults, redis_url: str, step: str
+) -> None:
+    worker = start(chaos_workers, redis_url)
+    expired, dead = sweep_scene()
+    faults.arm(f"sweep:{step}", "raise")
+    sweep.apply_async(queue="outbox")
+    faults.wait_fired()
+    wait_until(lambda: not Heartbeat.objects.filter(name=dead).exists(), BOUND)
+    state = Delivery.objects.get(pk=expired.pk).state
+    assert state == (DeliveryState.QUEUED if step == "expired" else DeliveryState.FAILED)
+    assert whole(worker)
+
+
+def test_a_sweeper_step_that_hangs_costs_the_process_only_its_sweep(
+    chaos_workers: Workers, faults: Faults, redis_url: str
+) -> None:
+    worker = start(chaos_workers, redis_url)
+    expired, dead = sweep_scene()
+    faults.arm("sweep:dispatched", "hang")
+    sweep.apply_async(queue="outbox")
+    (firing,) = faults.wait_fired()
+    with Farm(HOSTS) as farm:
+        inboxes = fan_out(farm, "sweep-hang")
+        check("sweep hang", farm, inboxes, firing, worker, settled=lambda: all_delivered(FAN_OUT))
+    sweep.apply_async(queue="outbox")
+    wait_until(lambda: not Heartbeat.objects.filter(name=dead).exists(), BOUND)
+    assert Delivery.objects.get(pk=expired.pk).state == DeliveryState.FAILED
+    report("sweep hang", states=dict(states()))
