@@ -144,7 +144,7 @@ OUTBOX_ALLOWED_NETWORKS = ["127.0.0.0/8", "::1/128"]
 OUTBOX_COLLECTION_SYNCHRONIZATION = "testproject.demo.synchronization.collection_synchronization"
 globals().update(json.loads(os.environ.get("OUTBOX_SETTINGS_JSON", "{}")))
 if globals().get("OUTBOX_TEST_FAULTS"):  # a Redis URL: the partial-failure tests' workers
-    INSTALLED_APPS.append("testproject.faults")
+    INSTALLED_APPS.append("testproject.faults.FaultsConfig")
 
 LOGGING = {
     "version": 1,

@@ -113,7 +113,7 @@ class Heart:
         try:
             beat(
                 self.name,
-                leader=self.leader,
+                leader=self.leader and may_lead,
                 can_lead=may_lead,
                 parts=parts,
                 backlog=self.backlog(),

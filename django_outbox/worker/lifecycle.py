@@ -56,7 +56,9 @@ def start_worker_process() -> None:
 
 
 def stop_worker_process(timeout: float) -> None:
-    """A warm shutdown: stop the engine (``timeout`` for what runs), then the heart."""
+    """A warm shutdown: stop watching, stop the engine (``timeout`` for what runs), then
+    the heart."""
+    this_supervisor().stop()
     stop_this_process(timeout)
     stop_heart()
 

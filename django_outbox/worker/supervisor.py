@@ -137,6 +137,7 @@ class Supervisor:
         self._lock = threading.Lock()
         self._on_fatal = on_fatal
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
         #: Why this process cannot go on, once it cannot; it claims nothing then.
         self.broken = ""
 
@@ -159,6 +160,10 @@ class Supervisor:
                 )
                 self._thread.start()
         return self
+
+    def stop(self) -> None:
+        """Stop watching: the process is stopping its parts on purpose (warm shutdown)."""
+        self._stopping.set()
 
     def health(self) -> dict[str, PartHealth]:
         """Each part's state now, by name."""
@@ -217,14 +222,13 @@ class Supervisor:
             ).start()
 
     def _watch(self) -> None:
-        while not self.broken:
-            time.sleep(WATCH_EVERY)
+        while not self.broken and not self._stopping.wait(WATCH_EVERY):
             try:
                 reason = self.check()
             except Exception:  # a bug here must not end the watching
                 logger.exception("could not check the parts of this worker process")
                 continue
-            if reason:
+            if reason and not self._stopping.is_set():
                 self.fail(reason)
 
 

@@ -88,12 +88,13 @@ def check(
     worker: Worker,
     *,
     settled: Callable[[], bool] = accounted,
+    accepted_only: bool = False,
 ) -> None:
     """The three checks of the module docstring, with the figures printed."""
     wait_until(lambda: settled() and Delivery.objects.count() >= len(inboxes), BOUND + 30)
     took = time.time() - firing.at
     wait_until(lambda: all_delivered(len(inboxes)), 120, every=0.25)
-    tally = farm.tally(inboxes)
+    tally = farm.tally(inboxes, accepted_only)
     report(name, accounted_after=round(took, 1), sending_at_fault=firing.sending, tally=tally)
     assert took <= BOUND, f"{name}: accounted for {took:.1f} s after the fault"
     assert tally.missing == 0, f"{name}: {tally}"
@@ -164,7 +165,7 @@ def test_a_fault_in_the_sender_gone_check(
     with Farm(HOSTS, Behaviour(statuses=(401, 401, 202))) as farm:
         inboxes = fan_out(farm, f"gone-{kind}")
         (firing,) = faults.wait_fired()
-        check(f"gone {kind}", farm, inboxes, firing, worker)
+        check(f"gone {kind}", farm, inboxes, firing, worker, accepted_only=True)
     noted = Delivery.objects.filter(last_error__contains="the sender-gone check failed")
     assert not noted.exclude(state=DeliveryState.DELIVERED).exists()
 
@@ -193,8 +194,10 @@ def test_a_hung_broker_call_in_the_recovery_pass_hands_the_leadership_on(
     stuck = Heartbeat.objects.get(name__contains=f":{firing.pid}:")
     assert not stuck.can_lead and not stuck.leader
     assert stuck.parts["recovery pass"]["stuck"]
-    assert Heartbeat.objects.filter(leader=True).exclude(pk=stuck.pk).exists()
-    assert len(children(worker.pid)) == 2, "a stuck pass costs the leadership, not the process"
+    # Its row says it leads from the beat after it learnt it does.
+    wait_until(lambda: Heartbeat.objects.filter(leader=True).exclude(pk=stuck.pk).exists(), 10)
+    pool = children(worker.pid)
+    assert firing.pid in pool and len(pool) == 2, "a stuck pass costs the leadership only"
 
 
 # -- the sweeper's steps --------------------------------------------------------------

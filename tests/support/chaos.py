@@ -206,15 +206,22 @@ class Farm:
         urls = [s.url(f"/users/{n}/inbox") for n in range(per_host) for s in self.servers]
         return urls[:count]
 
-    def counts(self) -> Counter[str]:
-        """Requests received per inbox URL."""
-        return Counter(s.url(r.path) for s in self.servers for r in s.requests())
+    def counts(self, accepted_only: bool = False) -> Counter[str]:
+        """Requests received per inbox URL (only those answered 2xx, if asked)."""
+        return Counter(
+            s.url(r.path)
+            for s in self.servers
+            for r in s.requests()
+            if not accepted_only or 200 <= r.status < 300
+        )
 
     def requests(self) -> int:
         return sum(s.request_count for s in self.servers)
 
-    def tally(self, inboxes: Sequence[str]) -> Tally:
-        counts = self.counts()
+    def tally(self, inboxes: Sequence[str], accepted_only: bool = False) -> Tally:
+        """What ``inboxes`` received; with ``accepted_only``, counting only the requests
+        answered 2xx (hosts that refuse a first try on purpose)."""
+        counts = self.counts(accepted_only)
         return Tally(
             requests=sum(counts.values()),
             reached=len(counts),
