@@ -194,7 +194,27 @@ def _check_caches() -> list[CheckMessage]:
                 id="django_outbox.E005",
             )
         ]
-    return []
+    return _check_socket_timeouts(caches, {alias, conf.SCHEME_CACHE, conf.METRICS_CACHE})
+
+
+def _check_socket_timeouts(caches: dict[str, Any], aliases: set[str | None]) -> list[CheckMessage]:
+    """django-redis caches the workers use without a socket timeout (W006)."""
+    warnings: list[CheckMessage] = []
+    for alias in sorted(a for a in aliases if a is not None):
+        entry = caches.get(alias, {})
+        if entry.get("BACKEND") != "django_redis.cache.RedisCache":
+            continue
+        if not (entry.get("OPTIONS") or {}).get("SOCKET_TIMEOUT"):
+            warnings.append(
+                Warning(
+                    f"The cache {alias!r} has no SOCKET_TIMEOUT.",
+                    hint="A Redis that stops answering (rather than refusing) then blocks "
+                    "the workers' breaker and scheme calls for as long as it does; set "
+                    "OPTIONS {'SOCKET_TIMEOUT': 5, 'SOCKET_CONNECT_TIMEOUT': 5}.",
+                    id="django_outbox.W006",
+                )
+            )
+    return warnings
 
 
 def _check_id(key: str) -> str:

@@ -96,6 +96,7 @@ if REDIS_URL:
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
             "LOCATION": os.environ.get("REDIS_CACHE_URL", REDIS_URL),
+            "OPTIONS": {"SOCKET_TIMEOUT": 5, "SOCKET_CONNECT_TIMEOUT": 5},
         },
     }
     OUTBOX_BREAKER_CACHE = "default"

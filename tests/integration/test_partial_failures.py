@@ -94,8 +94,15 @@ def check(
     wait_until(lambda: settled() and Delivery.objects.count() >= len(inboxes), BOUND + 30)
     took = time.time() - firing.at
     wait_until(lambda: all_delivered(len(inboxes)), 120, every=0.25)
+    delivered_after = time.time() - firing.at
     tally = farm.tally(inboxes, accepted_only)
-    report(name, accounted_after=round(took, 1), sending_at_fault=firing.sending, tally=tally)
+    report(
+        name,
+        accounted_after=round(took, 1),
+        delivered_after=round(delivered_after, 1),
+        sending_at_fault=firing.sending,
+        tally=tally,
+    )
     assert took <= BOUND, f"{name}: accounted for {took:.1f} s after the fault"
     assert tally.missing == 0, f"{name}: {tally}"
     assert tally.duplicates <= max(0, firing.sending), f"{name}: {tally}"

@@ -9,7 +9,13 @@ from django.test import override_settings
 
 from django_outbox.checks import check_settings
 
-REDIS_CACHE = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+REDIS_CACHE = {
+    "BACKEND": "django_redis.cache.RedisCache",
+    "LOCATION": "redis://127.0.0.1:1/0",
+    "OPTIONS": {"SOCKET_TIMEOUT": 5},
+}
+#: A Redis cache whose calls may block for ever (W006).
+UNBOUNDED_REDIS = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
 LOCAL_CACHE = {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
 SQLITE = {
     "default": {
@@ -123,8 +129,16 @@ def test_each_mistake_gives_exactly_its_ids(settings: dict[str, Any], expected: 
             },
             [],
         ),
+        (
+            {
+                "DATABASES": POSTGRES,
+                "CACHES": {"default": REDIS_CACHE, "breakers": UNBOUNDED_REDIS},
+                "OUTBOX_BREAKER_CACHE": "breakers",
+            },
+            ["W006"],
+        ),
     ],
-    ids=["memory breakers", "sqlite", "both", "production"],
+    ids=["memory breakers", "sqlite", "both", "production", "no socket timeout"],
 )
 def test_production_warnings(settings: dict[str, Any], expected: list[str]) -> None:
     assert ids(DEBUG=False, **settings) == outbox_ids(*expected)
