@@ -18,19 +18,24 @@ What a frontier shows taken:
 
 - an empty lane: every message published before the look;
 - a waiting message of the package's (its header: published at ``at``, first
-  delivery ``first``): every message published before ``at``, and the messages
-  of its own dispatch before it (a dispatch stamps its rows with one
-  ``dispatched_at`` and publishes them in ascending order, so those are the rows
-  of that stamp with lower ids), which is what tells the messages of one large
-  dispatch apart;
+  delivery ``first``) whose dispatch's stamp is known (its first row still has
+  the ``dispatched_at`` it had when the message was published): every row
+  stamped before that stamp (a dispatch stamps its rows, then publishes them),
+  and the rows of that stamp with ids below ``first`` (a dispatch publishes in
+  ascending order), which tells apart the messages of one large dispatch,
+  published in the same instant;
+- one whose stamp is not known (an expansion's message, or its first row
+  stamped again since): every row stamped :data:`PUBLISH_SLACK` before ``at``;
 - a lane whose oldest messages are none of the package's: nothing.
 
-Times compare a row's ``dispatched_at`` (written by the process that published
-it, just before it did) with a header's publish time (another process's clock)
-or the leader's clock.  :data:`PUBLISH_SLACK` allows for the time between the two
-and for clocks that differ a little.  A publish time later than the leader's own
-clock is never believed (and logged, once): a publisher whose clock runs ahead
-cannot make the rule judge ahead of the leader's clock.
+Stamps and publish times come from the clocks of the processes that wrote them
+(a view's, a worker's), the look's time from the leader's.  A row wrongly taken
+for lost was stamped before the frontier yet published after it (its
+transaction outlived a concurrent dispatch's, or its machine's clock is
+behind), and it must also still be unclaimed a heartbeat timeout after the
+look: its message had that long to reach a consumer.  A time later than the
+leader's own clock is never believed (and logged, once), so that a publisher's
+clock that runs ahead cannot make the rule judge ahead of the leader's.
 
 Errors of the rule cost little: one taken for lost gets a second Celery message,
 which finds its rows claimed (claims are conditional); one missed waits for the
@@ -61,9 +66,10 @@ from django_outbox.store.queries import Lanes
 
 logger = logging.getLogger("django_outbox.recovery")
 
-#: Seconds allowed between stamping rows dispatched and publishing their message
-#: (the rest of the sending transaction, usually milliseconds), and for clocks of
-#: the machines that differ (NTP keeps them within milliseconds).
+#: Seconds allowed, where only a publish time is known, between stamping rows
+#: dispatched and publishing their message (the rest of the sending transaction,
+#: usually milliseconds) and for the machines' clocks differing (NTP keeps them
+#: within milliseconds).
 PUBLISH_SLACK = 2.0
 #: Expansions restarted that are remembered, so as not to restart them every pass.
 _RESTARTS_KEPT = 10_000
@@ -80,10 +86,17 @@ class Frontier:
     first: int | None = None
     """...whose messages before it carry the ids below this one."""
 
+    @property
+    def cutoff(self) -> datetime:
+        """Rows stamped dispatched before this had their message published before
+        the one looked at: a dispatch stamps its rows, then publishes them."""
+        if self.stamp is not None:
+            return min(self.stamp, self.before)
+        return self.before - timedelta(seconds=PUBLISH_SLACK)
+
     def taken(self) -> Q:
         """The deliveries whose message this frontier shows taken."""
-        slack = timedelta(seconds=PUBLISH_SLACK)
-        shown = Q(dispatched_at__lt=self.before - slack)
+        shown = Q(dispatched_at__lt=self.cutoff)
         if self.stamp is not None and self.first is not None:
             shown |= Q(dispatched_at=self.stamp, id__lt=self.first)
         return shown
@@ -165,10 +178,7 @@ class LaneWatch:
         """Publish again the expansions still pending whose message ``judged`` shows
         taken, unless restarted since; how many."""
         now, restarted = timezone.now(), 0
-        slack = timedelta(seconds=PUBLISH_SLACK)
-        cutoffs = {
-            lane: min(f.before for f in frontiers) - slack for lane, frontiers in judged.items()
-        }
+        cutoffs = {lane: min(f.cutoff for f in frontiers) for lane, frontiers in judged.items()}
         for lane, before in cutoffs.items():
             again = [pk for pk, at in self._restarted.items() if at >= before]
             stuck = stuck_expansions(before).filter(lane=lane).exclude(pk__in=again)

@@ -92,14 +92,23 @@ def test_rows_stamped_before_a_frontier_less_the_slack_are_lost() -> None:
     assert take_lost({}, GRACE) == {}
 
 
-def test_rows_of_the_frontier_s_own_dispatch_are_lost_below_its_first_id() -> None:
+def test_rows_of_earlier_dispatches_and_of_its_own_below_its_first_id_are_lost() -> None:
     stamp = ago(10)
     rows = [stamped(stamp) for _ in range(4)]
-    other = stamped(stamp - timedelta(microseconds=1))
+    earlier = stamped(stamp - timedelta(microseconds=1))
+    later = stamped(stamp + timedelta(microseconds=1))
     frontier = Frontier(stamp + timedelta(milliseconds=5), stamp, rows[2].pk)
 
-    assert take_lost({Lane.DEFAULT: (frontier,)}, GRACE) == {Lane.DEFAULT: [rows[0].pk, rows[1].pk]}
-    assert Delivery.objects.get(pk=other.pk).dispatched_at == other.dispatched_at
+    found = take_lost({Lane.DEFAULT: (frontier,)}, GRACE)
+
+    assert found == {Lane.DEFAULT: sorted([rows[0].pk, rows[1].pk, earlier.pk])}
+    assert Delivery.objects.get(pk=later.pk).dispatched_at == later.dispatched_at
+
+
+def test_a_stamp_is_not_believed_beyond_the_look() -> None:
+    seen = ago(30)
+    assert Frontier(seen, seen + timedelta(seconds=5), 1).cutoff == seen
+    assert Frontier(seen).cutoff == seen - timedelta(seconds=PUBLISH_SLACK)
 
 
 def test_a_lane_of_several_lists_shows_taken_only_what_each_list_shows_taken() -> None:
