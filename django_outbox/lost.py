@@ -111,7 +111,7 @@ def frontiers_of(backlog: Backlog, now: datetime) -> Frontiers | None:
     """What ``backlog``, seen at ``now``, shows taken; ``None``: nothing can be said."""
     if backlog.size == 0:
         return (Frontier(now),)
-    if backlog.oldest is None or None in backlog.oldest:
+    if not backlog.oldest or None in backlog.oldest:
         return None
     return tuple(_frontier(sent, now) for sent in backlog.oldest if sent is not None)
 

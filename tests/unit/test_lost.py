@@ -41,6 +41,7 @@ def test_a_busy_lane_shows_nothing_unless_its_oldest_messages_say_when_they_were
     seen = timezone.now()
     assert frontiers_of(Backlog(3), seen) is None, "a broker that cannot look (RabbitMQ)"
     assert frontiers_of(Backlog(3, (None,)), seen) is None, "none of the package's"
+    assert frontiers_of(Backlog(3, ()), seen) is None, "no list shown: not all taken"
     ours = Sent(ago(30), None)
     assert frontiers_of(Backlog(3, (ours, None)), seen) is None, "one list unknown"
     assert frontiers_of(Backlog(3, (ours,)), seen) == (Frontier(ours.at),)

@@ -200,18 +200,24 @@ def test_rows_published_before_the_oldest_waiting_message_are_published_again(
     assert recovery.check_broker() == 0, "stamped again when published again"
 
 
+def one_dispatch(count: int) -> list[int]:
+    """``count`` queued deliveries due a minute ago, stamped in one instant and published
+    (given in descending order) two to a message, as one dispatch does; their ids."""
+    parent = message()
+    ids = [delivery(parent, QUEUED, next_attempt_at=ago(60)).pk for _ in range(count)]
+    Delivery.objects.filter(pk__in=ids).update(dispatched_at=now())
+    with override_settings(OUTBOX_CHUNK_SIZE=2):
+        publish({Lane.DEFAULT: ids[::-1]})
+    return ids
+
+
 def test_the_messages_of_one_dispatch_before_the_oldest_waiting_are_told_apart(
     memory_broker: MemoryBroker, lane_clock: FakeClock
 ) -> None:
     """One dispatch, one stamp: its messages carry ascending ids, so those before the
     oldest one waiting are known taken although published in the same instant."""
     recovery.check_broker()
-    parent = message()
-    rows = [delivery(parent, QUEUED, next_attempt_at=ago(60)) for _ in range(6)]
-    ids = [row.pk for row in rows]
-    Delivery.objects.filter(pk__in=ids).update(dispatched_at=now())
-    with override_settings(OUTBOX_CHUNK_SIZE=2):
-        publish({Lane.DEFAULT: ids[::-1]})
+    ids = one_dispatch(6)
     assert [m.args[0] for m in memory_broker.queues[Lane.DEFAULT]] == [ids[:2], ids[2:4], ids[4:]]
     memory_broker.take(Lane.DEFAULT, 1)  # by a worker that then dies
 
@@ -230,12 +236,7 @@ def test_what_a_live_worker_took_and_claimed_within_the_grace_is_left_to_it(
     memory_broker: MemoryBroker, lane_clock: FakeClock
 ) -> None:
     recovery.check_broker()
-    parent = message()
-    rows = [delivery(parent, QUEUED, next_attempt_at=ago(60)) for _ in range(4)]
-    ids = [row.pk for row in rows]
-    Delivery.objects.filter(pk__in=ids).update(dispatched_at=now())
-    with override_settings(OUTBOX_CHUNK_SIZE=2):
-        publish({Lane.DEFAULT: ids})
+    ids = one_dispatch(4)
     (took,) = memory_broker.take(Lane.DEFAULT, 1)
 
     recovery.check_broker()
