@@ -10,7 +10,11 @@ the broker, is what must not lose them.
 
 Every message goes through one :class:`Publisher`, Celery's unless a test put
 another in place with :func:`use_publisher` (:mod:`django_outbox.testing`
-records them instead).
+records them instead).  Each carries the header of :mod:`django_outbox.backlog`
+(when it was published, its first delivery id), and a dispatch publishes each
+lane's ids in ascending order, so that the recovery pass can tell from the
+oldest message waiting in a lane which rows' messages consumers took
+(:mod:`django_outbox.lost`).
 
 The broker can lose what it holds (Redis flushed or restarted without its data,
 a RabbitMQ node reset): :data:`CANARY_QUEUE` holds one message that nobody
@@ -24,16 +28,18 @@ dropped) and puts the canary back.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from celery import current_app
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
+from django_outbox.backlog import Backlog, header, redis_backlogs
 from django_outbox.conf import conf
 from django_outbox.models import Delivery, DeliveryState, Message, PendingInboxes, locked
 from django_outbox.store.queries import STEP, Lanes, by_lane
@@ -74,6 +80,11 @@ class Publisher(Protocol):
         """Declare ``queues`` (with their exchanges and bindings) on the broker again."""
         ...
 
+    def backlogs(self, queues: Sequence[str]) -> dict[str, Backlog]:
+        """What waits in each of ``queues``, with the header of its oldest messages
+        where the broker can show them without taking them."""
+        ...
+
 
 class CeleryPublisher:
     """The default :class:`Publisher`: the current Celery app, one producer per dispatch."""
@@ -85,25 +96,27 @@ class CeleryPublisher:
         with app.producer_or_acquire() as producer:
 
             def send(name: str, args: tuple[Any, ...], queue: str, countdown: float | None) -> None:
-                app.send_task(name, args, queue=queue, producer=producer, countdown=countdown)
+                headers = message_header(name, args)
+                app.send_task(
+                    name, args, queue=queue, producer=producer, countdown=countdown, headers=headers
+                )
 
             yield send
 
     def queue_sizes(self, queues: Sequence[str]) -> dict[str, int | None]:
         """A passive declare of each queue, on a channel of its own (a queue that does
         not exist closes the channel on RabbitMQ)."""
-        sizes: dict[str, int | None] = {}
         with _fresh_connection() as connection:
-            for queue in queues:
-                channel = connection.channel()
-                try:
-                    sizes[queue] = channel.queue_declare(queue=queue, passive=True).message_count
-                except connection.channel_errors:
-                    sizes[queue] = None
-                finally:
-                    with suppress(*connection.channel_errors, *connection.connection_errors):
-                        channel.close()
-        return sizes
+            return _declared_sizes(connection, queues)
+
+    def backlogs(self, queues: Sequence[str]) -> dict[str, Backlog]:
+        """On kombu's Redis transport, each queue's lists read from their old end
+        (:func:`~django_outbox.backlog.redis_backlogs`); elsewhere only the sizes."""
+        with _fresh_connection() as connection:
+            if connection.transport.driver_type == "redis":
+                return redis_backlogs(connection.default_channel, queues)
+            sizes = _declared_sizes(connection, queues)
+        return {queue: Backlog(size or 0) for queue, size in sizes.items()}
 
     def declare(self, queues: Sequence[str]) -> None:
         """Declare each queue as the app routes to it, bypassing kombu's cache of what
@@ -113,6 +126,26 @@ class CeleryPublisher:
             channel = connection.default_channel
             for queue in queues:
                 app.amqp.queues[queue](channel).declare()
+
+
+def _declared_sizes(connection: Any, queues: Sequence[str]) -> dict[str, int | None]:
+    sizes: dict[str, int | None] = {}
+    for queue in queues:
+        channel = connection.channel()
+        try:
+            sizes[queue] = channel.queue_declare(queue=queue, passive=True).message_count
+        except connection.channel_errors:
+            sizes[queue] = None
+        finally:
+            with suppress(*connection.channel_errors, *connection.connection_errors):
+                channel.close()
+    return sizes
+
+
+def message_header(name: str, args: tuple[Any, ...]) -> dict[str, list[Any]]:
+    """The headers of a message of task ``name`` with ``args``, published now."""
+    first = min(args[0]) if name == DELIVER and args and args[0] else None
+    return header(first, time.time())
 
 
 @contextmanager
@@ -150,7 +183,8 @@ def chunked(ids: Sequence[int], size: int) -> Iterable[list[int]]:
 
 
 def publish(lanes: Lanes, countdown: float | None = None) -> bool:
-    """Send ``deliver`` messages for the ids of each lane; False if the broker failed.
+    """Send ``deliver`` messages for the ids of each lane, in ascending order; False if
+    the broker failed.
 
     On failure the rows not published are marked undispatched, so that the
     sweeper picks them up on its next pass rather than after
@@ -163,7 +197,7 @@ def publish(lanes: Lanes, countdown: float | None = None) -> bool:
     try:
         with _publisher.connect() as send:
             for lane, ids in lanes.items():
-                for chunk in chunked(ids, size):
+                for chunk in chunked(sorted(ids), size):
                     send(DELIVER, (chunk,), lane, countdown)
                     sent.update(chunk)
     except Exception:
@@ -207,20 +241,28 @@ def start_expansion(message_id: int, lane: str) -> bool:
     return True
 
 
-def restart_expansions(older_than: float, lanes: Sequence[str] = ()) -> int:
-    """Publish again the expansion of fan-outs sent ``older_than`` seconds ago or more
-    whose inboxes are still pending (in ``lanes`` if given; a hundred at most); how
-    many.  Two expansions of one message share its slices out, so a restart of one
-    that was merely slow costs nothing."""
-    cutoff = timezone.now() - timedelta(seconds=older_than)
+def stuck_expansions(created_before: datetime) -> QuerySet[Message]:
+    """Messages created before ``created_before`` whose inboxes are still pending."""
     pending = PendingInboxes.objects.filter(message=OuterRef("pk"))
-    stuck = Message.objects.filter(Exists(pending), created_at__lte=cutoff)
-    if lanes:
-        stuck = stuck.filter(lane__in=lanes)
-    found = list(stuck.values_list("id", "lane")[:_EXPANSIONS_PER_STEP])
+    return Message.objects.filter(Exists(pending), created_at__lt=created_before)
+
+
+def start_expansions(messages: QuerySet[Message]) -> list[int]:
+    """Publish again the expansion of the first hundred of ``messages``; their ids.
+
+    Two expansions of one message share its slices out, so a restart of one that
+    was merely slow costs nothing."""
+    found = list(messages.values_list("id", "lane")[:_EXPANSIONS_PER_STEP])
     for message_id, lane in found:
         start_expansion(message_id, lane)
-    return len(found)
+    return [message_id for message_id, _ in found]
+
+
+def restart_expansions(older_than: float) -> int:
+    """Publish again the expansion of fan-outs sent more than ``older_than`` seconds
+    ago whose inboxes are still pending (a hundred at most); how many."""
+    cutoff = timezone.now() - timedelta(seconds=older_than)
+    return len(start_expansions(stuck_expansions(cutoff)))
 
 
 def start_expansion_on_commit(message_id: int, lane: str) -> None:
@@ -232,31 +274,30 @@ def start_expansion_on_commit(message_id: int, lane: str) -> None:
     transaction.on_commit(start_expansion_of_message, robust=True)
 
 
-def take_undispatched(lost_after: float | None = None, lanes: Sequence[str] = ()) -> Lanes:
+def take_undispatched() -> Lanes:
     """Due deliveries with no Celery message, or whose message was lost, marked dispatched.
 
-    A message is taken for lost ``lost_after`` seconds (``OUTBOX_REDISPATCH_AFTER``
-    unless given) after it was published, if the row is still queued and was due
-    as long; ``lanes`` limits the search to those lanes.  ``dispatched_at`` is this
-    module's: when a Celery message was last published for the row, or ``None``
-    when none is known to be on its way.
+    A message is taken for lost ``OUTBOX_REDISPATCH_AFTER`` seconds after it was
+    published, if the row is still queued and was due as long.  ``dispatched_at``
+    is this module's: when a Celery message was last published for the row, or
+    ``None`` when none is known to be on its way.
     """
     now = timezone.now()
-    lost = now - timedelta(seconds=conf.REDISPATCH_AFTER if lost_after is None else lost_after)
+    lost = now - timedelta(seconds=conf.REDISPATCH_AFTER)
     due = Delivery.objects.filter(state=DeliveryState.QUEUED, next_attempt_at__lte=now)
-    if lanes:
-        due = due.filter(lane__in=lanes)
+    undispatched = Q(dispatched_at__isnull=True) | Q(
+        dispatched_at__lt=lost, next_attempt_at__lt=lost
+    )
+    return mark_dispatched(due.filter(undispatched), now)
+
+
+def mark_dispatched(rows: QuerySet[Delivery], now: datetime) -> Lanes:
+    """The first ``STEP`` of ``rows`` (longest due first), locked and marked
+    dispatched at ``now``: their ids by lane, to publish."""
     with transaction.atomic():
-        rows = list(
-            locked(
-                due.filter(
-                    Q(dispatched_at__isnull=True)
-                    | Q(dispatched_at__lt=lost, next_attempt_at__lt=lost)
-                ).order_by("next_attempt_at")
-            ).values_list("id", "lane")[:STEP]
-        )
-        Delivery.objects.filter(id__in=[pk for pk, _ in rows]).update(dispatched_at=now)
-    return by_lane(rows)
+        found = list(locked(rows.order_by("next_attempt_at")).values_list("id", "lane")[:STEP])
+        Delivery.objects.filter(id__in=[pk for pk, _ in found]).update(dispatched_at=now)
+    return by_lane(found)
 
 
 def forget_dispatch(ids: Iterable[int]) -> None:
@@ -278,9 +319,9 @@ def restore_canary(lanes: Sequence[str]) -> None:
         send(CANARY, (), CANARY_QUEUE, None)
 
 
-def lane_sizes(lanes: Sequence[str]) -> dict[str, int | None]:
-    """Messages ready in each lane's queue (``None``: the broker has no such queue)."""
-    return _publisher.queue_sizes(lanes)
+def lane_backlogs(lanes: Sequence[str]) -> dict[str, Backlog]:
+    """What waits in each lane's queue (:meth:`Publisher.backlogs`)."""
+    return _publisher.backlogs(lanes)
 
 
 def forget_all_dispatches() -> int:

@@ -11,10 +11,11 @@ nothing but the sweeper's housekeeping:
 - a broker that lost its messages is noticed (:func:`check_broker`): by the
   canary message gone from its queue (Redis flushed or restarted empty, a
   RabbitMQ node reset), then every queued delivery is published again and the
-  queues are declared again; or by a lane whose queue is empty while the
-  database has deliveries published to it, due and unclaimed for
-  ``OUTBOX_HEARTBEAT_TIMEOUT`` (a purged queue, messages a killed worker had
-  taken, an expansion the broker refused), then those are published again;
+  queues are declared again; or by the oldest message waiting in a lane, which
+  shows every message published to it before taken by some consumer: deliveries
+  of those still queued a heartbeat timeout later (messages a killed worker had
+  taken, a process that died before it published, a purged queue) are
+  published again (:mod:`django_outbox.lost`);
 - due deliveries without a message (parked retries, a broker that was down)
   are published, as the sweeper does;
 - ``delivery_failed`` signals a dying process never sent are sent.
@@ -33,12 +34,12 @@ from django_outbox.conf import conf
 from django_outbox.dispatch import (
     canary_present,
     forget_all_dispatches,
-    lane_sizes,
+    lane_backlogs,
     publish,
     restart_expansions,
     restore_canary,
-    take_undispatched,
 )
+from django_outbox.lost import LaneWatch, take_lost
 from django_outbox.models import Lane
 from django_outbox.operations import take_back
 from django_outbox.passes import Steps, run_steps
@@ -50,6 +51,8 @@ logger = logging.getLogger("django_outbox.recovery")
 
 #: Steps of ``STEP`` deliveries one pass publishes at most (100,000).
 _DRAIN_STEPS = 20
+#: What the lanes' oldest messages showed on this process's recent passes.
+_lanes = LaneWatch()
 
 
 def reclaim_dead() -> int:
@@ -59,7 +62,8 @@ def reclaim_dead() -> int:
 
 
 def check_broker() -> int:
-    """Publish again what the broker lost; how many deliveries (and expansions)."""
+    """Publish again what the broker lost, or consumers took and never started; how many
+    deliveries (and expansions)."""
     lanes = Lane.values
     if not canary_present():
         # The canary first: a loss after this point is seen by the next pass.
@@ -69,12 +73,11 @@ def check_broker() -> int:
         log = logger.warning if found else logger.info
         log("the canary is gone, the broker lost its messages: publishing %d again", found)
         return found
-    empty = [lane for lane, size in lane_sizes(lanes).items() if not size]
-    if not empty:
-        return 0
-    lost = take_undispatched(conf.HEARTBEAT_TIMEOUT, empty)
+    grace = conf.HEARTBEAT_TIMEOUT
+    judged = _lanes.judge(lane_backlogs(lanes), grace)
+    lost = take_lost(judged, grace)
     publish(lost)
-    found = sum(map(len, lost.values())) + restart_expansions(conf.HEARTBEAT_TIMEOUT, empty)
+    found = sum(map(len, lost.values())) + _lanes.restart_lost_expansions(judged)
     if found:
         logger.warning("published %d deliveries (or expansions) again: lost messages", found)
     return found

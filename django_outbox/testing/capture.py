@@ -22,6 +22,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import QuerySet
 from django.db.models.signals import post_save
 
+from django_outbox.backlog import Backlog
 from django_outbox.batch import Batch
 from django_outbox.breakers import MemoryBreakerStore
 from django_outbox.dispatch import SendTask, use_publisher
@@ -125,6 +126,10 @@ class _TaskList:
 
     def declare(self, queues: Sequence[str]) -> None:
         """Nothing to declare: the list takes messages for any queue."""
+
+    def backlogs(self, queues: Sequence[str]) -> dict[str, Backlog]:
+        """Every recorded message waits (nothing consumes them); none can be looked at."""
+        return {queue: Backlog(size or 0) for queue, size in self.queue_sizes(queues).items()}
 
 
 class OutboxCapture:

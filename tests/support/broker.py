@@ -1,29 +1,34 @@
-"""A stand-in for the Celery app that :mod:`django_outbox.dispatch` publishes through.
+"""Stand-ins for the broker that :mod:`django_outbox.dispatch` publishes to.
 
 Unit tests run with no broker: :class:`RecordingApp` takes the place of
 ``dispatch.current_app`` and keeps what would have been published, so a test
-can say which deliveries went to which lane, with which countdown; or it
-refuses every publish, as a broker that is down would.
+can say which deliveries went to which lane, with which countdown and headers;
+or it refuses every publish, as a broker that is down would.
+:class:`MemoryBroker` is a publisher whose queues are lists, first in, first out,
+that consumers can take from and the recovery pass can look into.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from django_outbox.dispatch import DELIVER, EXPAND, SendTask
+from django_outbox.backlog import Backlog, read_sent
+from django_outbox.dispatch import DELIVER, EXPAND, SendTask, message_header
 
 
 @dataclass(frozen=True)
 class Published:
-    """One task message: the task's name, its arguments, its queue and countdown."""
+    """One task message: the task's name, its arguments, its queue and countdown, and
+    its headers (as the package publishes it)."""
 
     name: str
     args: tuple[Any, ...]
     queue: str
     countdown: float | None
+    headers: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
 
 class BrokerDown(ConnectionError):
@@ -54,7 +59,8 @@ class RecordingApp:
         """Record the message, or fail as an unreachable broker would."""
         if self.down:
             raise BrokerDown("the broker cannot be reached")
-        self.sent.append(Published(name, tuple(args), queue, countdown))
+        headers = options.get("headers") or {}
+        self.sent.append(Published(name, tuple(args), queue, countdown, headers))
 
     def lanes(self) -> dict[str, list[int]]:
         """The delivery ids of every ``deliver`` message, by queue, in publishing order."""
@@ -84,7 +90,8 @@ class RecordingApp:
 
 class MemoryBroker:
     """A :class:`~django_outbox.dispatch.Publisher` whose queues are lists in memory,
-    which a test can flush (everything gone, as after Redis's ``FLUSHALL``) or purge."""
+    oldest first, which a test can flush (everything gone, as after Redis's
+    ``FLUSHALL``), purge, or take messages from as consumers do."""
 
     def __init__(self) -> None:
         self.queues: dict[str, list[Published]] = {}
@@ -95,7 +102,10 @@ class MemoryBroker:
         """Each message is appended to its queue."""
 
         def send(name: str, args: tuple[Any, ...], queue: str, countdown: float | None) -> None:
-            self.queues.setdefault(queue, []).append(Published(name, args, queue, countdown))
+            headers = message_header(name, args)
+            self.queues.setdefault(queue, []).append(
+                Published(name, args, queue, countdown, headers)
+            )
 
         yield send
 
@@ -109,13 +119,26 @@ class MemoryBroker:
         """Note the declaration."""
         self.declared.extend(queues)
 
+    def backlogs(self, queues: Sequence[str]) -> dict[str, Backlog]:
+        """Each queue's size and what its oldest message's header says (one list)."""
+        backlogs: dict[str, Backlog] = {}
+        for queue in queues:
+            waiting = self.queues.get(queue, [])
+            oldest = (read_sent(waiting[0].headers),) if waiting else ()
+            backlogs[queue] = Backlog(len(waiting), oldest)
+        return backlogs
+
     def flush(self) -> None:
         """Lose every queue and message."""
         self.queues.clear()
 
-    def take(self, queue: str) -> list[Published]:
-        """Remove and return the messages of ``queue``, as consumers would."""
-        return self.queues.pop(queue, [])
+    def take(self, queue: str, count: int | None = None) -> list[Published]:
+        """Remove and return the oldest ``count`` messages of ``queue`` (all if
+        ``None``), as consumers would."""
+        waiting = self.queues.get(queue, [])
+        taken = waiting[: len(waiting) if count is None else count]
+        del waiting[: len(taken)]
+        return taken
 
     def ids(self, queue: str) -> set[int]:
         """The delivery ids of the ``deliver`` messages waiting in ``queue``."""

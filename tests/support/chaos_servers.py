@@ -8,7 +8,9 @@ the test database.  ``tests/support/rabbitmq.py`` has RabbitMQ's counterpart of
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -19,6 +21,7 @@ from typing import Any
 
 from django.db import connection
 
+from django_outbox.dispatch import DELIVER
 from tests.support.network import free_port
 
 
@@ -112,6 +115,17 @@ class RedisServer:
         """Messages waiting in ``queues`` (not those a worker took)."""
         client = self.client()
         return sum(int(client.llen(queue)) for queue in queues)
+
+    def reserved(self) -> set[int]:
+        """Delivery ids of the ``deliver`` messages consumers took and have not
+        acknowledged (kombu's ``unacked`` hash keeps them until the visibility timeout)."""
+        ids: set[int] = set()
+        for raw in self.client().hvals("unacked"):
+            message = json.loads(raw)[0]
+            if message.get("headers", {}).get("task") == DELIVER:
+                args = json.loads(base64.b64decode(message["body"]))[0]
+                ids.update(args[0])
+        return ids
 
     def close(self) -> None:
         """Stop the server at the end of the session."""

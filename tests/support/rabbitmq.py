@@ -136,6 +136,11 @@ class RabbitServer:
         """Purge the ready messages of ``queues`` (those that exist)."""
         self._on_each(queues, lambda channel, queue: channel.queue_purge(queue) or 0)
 
+    def reserved(self) -> set[int]:
+        """Nothing stays reserved by a lost consumer: RabbitMQ gives its unacknowledged
+        messages back to the queue as soon as its connection closes."""
+        return set()
+
     def close(self) -> None:
         """Stop the node and delete its folder."""
         self._services("destroy")

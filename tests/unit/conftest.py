@@ -13,7 +13,8 @@ from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.db import connections
 
-from django_outbox import keys
+from django_outbox import keys, recovery
+from django_outbox.lost import LaneWatch
 from django_outbox.store.transitions import OutcomePlan
 from django_outbox.worker import recorder
 from django_outbox.worker.process import stop_this_process
@@ -31,6 +32,28 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> RecordingApp:
 @pytest.fixture(autouse=True)
 def _no_broker(broker: RecordingApp) -> None:
     """Every unit test publishes to the recorder, never to a real broker."""
+
+
+class FakeClock:
+    """A monotonic clock that a test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture(autouse=True)
+def lane_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """The clock of the recovery pass's watch on the lanes, whose memory is fresh in
+    each test: what one test's passes saw is not another's."""
+    clock = FakeClock()
+    monkeypatch.setattr(recovery, "_lanes", LaneWatch(clock))
+    return clock
 
 
 @pytest.fixture(autouse=True)

@@ -7,14 +7,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
+from django.utils import timezone
 
 from django_outbox import operations, recovery
-from django_outbox.dispatch import CANARY_QUEUE, use_publisher
+from django_outbox.conf import conf
+from django_outbox.dispatch import CANARY_QUEUE, publish, use_publisher
 from django_outbox.models import Delivery, DeliveryState, Heartbeat, Lane
 from django_outbox.signals import delivery_failed
 from django_outbox.store import give_ups, heartbeats
 from tests.support.broker import MemoryBroker
 from tests.support.rows import ago, delivery, hence, message
+from tests.unit.conftest import FakeClock
 
 pytestmark = pytest.mark.django_db
 
@@ -22,6 +26,8 @@ QUEUED, SENDING, FAILED = DeliveryState.QUEUED, DeliveryState.SENDING, DeliveryS
 #: Default lease (300 s) minus the default heartbeat timeout (15 s): a claim whose
 #: lease ends sooner than this from now was made more than a timeout ago.
 OLD_CLAIM = 280
+HEARTBEAT_TIMEOUT = conf.HEARTBEAT_TIMEOUT
+now = timezone.now
 
 
 @pytest.fixture
@@ -143,22 +149,101 @@ def test_a_lost_canary_publishes_every_queued_delivery_again(
 
 
 def test_an_empty_lane_while_rows_wait_in_it_is_published_again(
-    memory_broker: MemoryBroker,
+    memory_broker: MemoryBroker, lane_clock: FakeClock
 ) -> None:
-    recovery.check_broker()  # the canary is in place
+    recovery.check_broker()  # the canary is in place; the lanes are seen empty
     lost = delivery(message(), QUEUED, next_attempt_at=ago(20), dispatched_at=ago(20))
     recent = delivery(message(), QUEUED, next_attempt_at=ago(5), dispatched_at=ago(5))
     urgent = delivery(
-        message(lane=Lane.PRIORITY), QUEUED, next_attempt_at=ago(20), dispatched_at=ago(20)
+        message(lane=Lane.PRIORITY), QUEUED, next_attempt_at=ago(20), dispatched_at=now()
     )
-    with memory_broker.connect() as send:
-        send("django_outbox.deliver", ([urgent.pk],), Lane.PRIORITY, None)
+    publish({Lane.PRIORITY: [urgent.pk]})
 
+    assert recovery.check_broker() == 0, "seen empty a moment ago: not judged yet"
+    lane_clock.advance(HEARTBEAT_TIMEOUT)
+    later = delivery(message(), QUEUED, next_attempt_at=ago(20), dispatched_at=now())
     assert recovery.check_broker() == 1
 
-    assert memory_broker.ids(Lane.DEFAULT) == {lost.pk}, "only a lane that is empty"
-    assert recent.pk not in memory_broker.ids(Lane.DEFAULT), "dispatched a moment ago"
+    assert memory_broker.ids(Lane.DEFAULT) == {lost.pk}, "only a lane seen empty"
+    assert recent.pk not in memory_broker.ids(Lane.DEFAULT), "due a moment ago"
+    assert later.pk not in memory_broker.ids(Lane.DEFAULT), "dispatched after the look"
     assert recovery.check_broker() == 0, "published again a moment ago"
+
+
+def test_rows_published_before_the_oldest_waiting_message_are_published_again(
+    memory_broker: MemoryBroker, lane_clock: FakeClock
+) -> None:
+    """A busy lane: every message published before the oldest one waiting was taken by
+    a consumer.  Rows still queued a heartbeat timeout later were taken by one that
+    died, or never published at all (their process died after its commit)."""
+    recovery.check_broker()  # the canary is in place
+    taken = delivery(message(), QUEUED, next_attempt_at=ago(60), dispatched_at=ago(60))
+    never_published = delivery(message(), QUEUED, next_attempt_at=ago(60), dispatched_at=ago(9))
+    claimed_since = delivery(message(), SENDING, attempts=1, dispatched_at=ago(60))
+    waiting = delivery(message(), QUEUED, next_attempt_at=ago(60), dispatched_at=now())
+    publish({Lane.DEFAULT: [waiting.pk]})
+    behind = delivery(message(), QUEUED, next_attempt_at=ago(60), dispatched_at=now())
+    publish({Lane.DEFAULT: [behind.pk]})
+
+    assert recovery.check_broker() == 0
+    lane_clock.advance(HEARTBEAT_TIMEOUT - 1)
+    assert recovery.check_broker() == 0, "judged by a look a heartbeat timeout old"
+    lane_clock.advance(1)
+    assert recovery.check_broker() == 2
+
+    assert memory_broker.ids(Lane.DEFAULT) == {taken.pk, never_published.pk, waiting.pk, behind.pk}
+    assert Delivery.objects.get(pk=claimed_since.pk).state == SENDING
+    assert [m.args[0] for m in memory_broker.queues[Lane.DEFAULT][2:]] == [
+        sorted([taken.pk, never_published.pk])
+    ]
+    lane_clock.advance(HEARTBEAT_TIMEOUT)
+    assert recovery.check_broker() == 0, "stamped again when published again"
+
+
+def one_dispatch(count: int) -> list[int]:
+    """``count`` queued deliveries due a minute ago, stamped in one instant and published
+    (given in descending order) two to a message, as one dispatch does; their ids."""
+    parent = message()
+    ids = [delivery(parent, QUEUED, next_attempt_at=ago(60)).pk for _ in range(count)]
+    Delivery.objects.filter(pk__in=ids).update(dispatched_at=now())
+    with override_settings(OUTBOX_CHUNK_SIZE=2):
+        publish({Lane.DEFAULT: ids[::-1]})
+    return ids
+
+
+def test_the_messages_of_one_dispatch_before_the_oldest_waiting_are_told_apart(
+    memory_broker: MemoryBroker, lane_clock: FakeClock
+) -> None:
+    """One dispatch, one stamp: its messages carry ascending ids, so those before the
+    oldest one waiting are known taken although published in the same instant."""
+    recovery.check_broker()
+    ids = one_dispatch(6)
+    assert [m.args[0] for m in memory_broker.queues[Lane.DEFAULT]] == [ids[:2], ids[2:4], ids[4:]]
+    memory_broker.take(Lane.DEFAULT, 1)  # by a worker that then dies
+
+    recovery.check_broker()
+    lane_clock.advance(HEARTBEAT_TIMEOUT)
+    assert recovery.check_broker() == 2
+
+    assert [m.args[0] for m in memory_broker.queues[Lane.DEFAULT]] == [
+        ids[2:4],
+        ids[4:],
+        ids[:2],
+    ]
+
+
+def test_what_a_live_worker_took_and_claimed_within_the_grace_is_left_to_it(
+    memory_broker: MemoryBroker, lane_clock: FakeClock
+) -> None:
+    recovery.check_broker()
+    ids = one_dispatch(4)
+    (took,) = memory_broker.take(Lane.DEFAULT, 1)
+
+    recovery.check_broker()
+    Delivery.objects.filter(pk__in=took.args[0]).update(state=SENDING, claimed_by="live:1:aa:1")
+    lane_clock.advance(HEARTBEAT_TIMEOUT)
+    assert recovery.check_broker() == 0
+    assert memory_broker.ids(Lane.DEFAULT) == set(ids[2:])
 
 
 def test_a_failing_step_is_logged_and_the_others_run(
