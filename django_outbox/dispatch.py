@@ -53,6 +53,8 @@ SWEEP = "django_outbox.sweep"
 CANARY_QUEUE = "django_outbox.canary"
 #: The canary's task name: never registered, never run.
 CANARY = "django_outbox.canary"
+#: Seconds a socket call on the recovery pass's own broker connection may take.
+BROKER_CALL_TIMEOUT = 5.0
 #: Lost expansions published again in one step at most.
 _EXPANSIONS_PER_STEP = 100
 
@@ -152,8 +154,19 @@ def message_header(name: str, args: tuple[Any, ...]) -> dict[str, list[Any]]:
 def _fresh_connection() -> Iterator[Any]:
     """A new connection to the broker, closed afterwards: not one from the app's pool,
     which may hold a connection the broker cut (a restarted node) that it cannot
-    open channels on.  One attempt to connect: the next pass tries again."""
-    with current_app.connection_for_write() as connection:
+    open channels on.  One attempt to connect: the next pass tries again.  Its socket
+    calls time out after :data:`BROKER_CALL_TIMEOUT` seconds (whatever the project set
+    for its own connections), so that a broker that stops answering fails a recovery
+    step rather than hanging it."""
+    url = current_app.conf.broker_write_url or current_app.conf.broker_url or ""
+    bound = BROKER_CALL_TIMEOUT
+    if str(url).startswith(("redis://", "rediss://", "unix://")):
+        options: dict[str, float] = {"socket_timeout": bound, "socket_connect_timeout": bound}
+    else:
+        options = {"read_timeout": bound, "write_timeout": bound}
+    with current_app.connection_for_write(
+        connect_timeout=bound, transport_options=options
+    ) as connection:
         connection.ensure_connection(max_retries=1)
         yield connection
 
