@@ -16,7 +16,8 @@ from django.db.models import Count
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from django_outbox.models import LIVE_STATES, Attempt, Delivery, Message
+from django_outbox.models import LIVE_STATES, Delivery, Message
+from django_outbox.status.snapshot import failed_attempts
 
 #: Newest live deliveries looked at to find the batches under way.
 LIVE_SAMPLE = 5000
@@ -90,7 +91,7 @@ def forget_ended_hours() -> None:
 def _count(since: datetime, until: datetime | None, unit: str) -> dict[datetime, Bucket]:
     """Deliveries finished and attempts failed from ``since`` (to ``until``) per ``unit``."""
     finished = Delivery.objects.filter(finished_at__gte=since)
-    failed = Attempt.objects.filter(at__gte=since, held=False)
+    failed = failed_attempts().filter(at__gte=since)
     if until is not None:
         finished, failed = finished.filter(finished_at__lt=until), failed.filter(at__lt=until)
     counts: dict[datetime, dict[str, int]] = {}
