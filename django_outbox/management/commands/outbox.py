@@ -76,9 +76,10 @@ class Command(BaseCommand):
             act.add_argument("--state", nargs="+", choices=states, default=default)
             act.add_argument("--host", help="deliveries to this host")
             act.add_argument("--tag", help="deliveries of messages with this batch tag")
+            # Read in handle(), not by argparse: a CommandError raised while parsing the
+            # command line is not caught by Django, and prints a traceback.
             act.add_argument(
                 "--since",
-                type=parse_since,
                 help="finished (requeue) or created (give-up) since: 30m, 2h, 7d or a date",
             )
             act.add_argument("--yes", action="store_true", help="act; without it, only count")
@@ -201,7 +202,7 @@ def selection(action: str, options: dict[str, Any]) -> QuerySet[Delivery]:
         selected = selected.filter(message__tag=options["tag"])
     if options["since"]:
         moment = "finished_at__gte" if action == "requeue" else "created_at__gte"
-        selected = selected.filter(**{moment: options["since"]})
+        selected = selected.filter(**{moment: parse_since(options["since"])})
     return selected
 
 
