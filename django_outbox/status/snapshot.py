@@ -243,6 +243,13 @@ def failing_hosts(now: datetime, limit: int = 10) -> tuple[int, int, list[Failin
     return failing, unavailable, found[:limit]
 
 
+def failing_population(now: datetime) -> int:
+    """How many hosts :func:`failing_hosts` picks its worst from: those with failed
+    attempts in the last hour and those with a Host row (failing since a day)."""
+    recent = failed_attempts().filter(at__gte=now - timedelta(hours=1)).order_by().values("host")
+    return recent.union(Host.objects.order_by().values("name")).count()
+
+
 def take_snapshot() -> Snapshot:
     """Read everything a snapshot holds, now."""
     began = time.perf_counter()

@@ -60,7 +60,7 @@ def test_the_list_shows_every_payment_and_totals_but_no_secret(
     assert "a.example" in text and "b.example" in text
     assert "node says no_route" in text
     assert "Paid per day" in text and "Paid per host" in text
-    assert ">10000<" in text
+    assert ">10,000 msat<" in text
     assert MACAROON not in text and PREIMAGE not in text
     for query in ("?state__exact=failed", "?host=a.example"):
         filtered = admin_client.get(
@@ -84,10 +84,13 @@ def test_the_detail_page_shows_prefixes_only(
 def test_a_failed_payment_is_retried_by_requeueing_its_delivery(
     admin_client: Client, rows: list[PaymentAttempt]
 ) -> None:
-    response = admin_client.post(
-        reverse("admin:django_outbox_paymentattempt_changelist"),
-        {"action": "retry", "_selected_action": [row.pk for row in rows]},
-    )
+    url = reverse("admin:django_outbox_paymentattempt_changelist")
+    chosen = {"action": "retry", "index": "0", "_selected_action": [row.pk for row in rows]}
+    confirmation = admin_client.post(url, chosen)
+    assert confirmation.status_code == 200
+    assert b"Requeue 1 of 1 selected deliveries?" in confirmation.content
+    assert Delivery.objects.get(pk=rows[1].delivery_id).state == DeliveryState.REFUSED
+    response = admin_client.post(url, {**chosen, "confirmed": "yes"})
     assert response.status_code == 302
     failed_delivery = Delivery.objects.get(pk=rows[1].delivery_id)
     assert failed_delivery.state == DeliveryState.QUEUED
