@@ -23,7 +23,13 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from django_outbox.admin_confirm import GIVE_UP, REQUEUE, Change, action_fields, confirm_or_act
-from django_outbox.admin_filters import DueFilter, HostFilter, MessageFilter, TagFilter
+from django_outbox.admin_filters import (
+    DueFilter,
+    HostFilter,
+    MessageFilter,
+    StateFilter,
+    TagFilter,
+)
 from django_outbox.admin_format import NONE, age_with_tooltip, moment_with_age, relative
 from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.models import LIVE_STATES, Attempt, Delivery, PaymentAttempt
@@ -111,11 +117,11 @@ class DeliveryAdmin(ReadOnlyAdmin):
     """Every delivery: sortable by what an operator sorts by, filtered visibly."""
 
     list_display = (
-        *("id", "inbox_cell", "state", "attempts", "status", "error_cell"),
+        *("id", "inbox_cell", "state_cell", "attempts", "status", "error_cell"),
         *("next_attempt", "created", "finished", "tag_cell"),
     )
     list_filter = (
-        "state",
+        StateFilter,
         DueFilter,
         HostFilter,
         TagFilter,
@@ -128,7 +134,6 @@ class DeliveryAdmin(ReadOnlyAdmin):
     list_select_related = ("message",)
     actions = ("requeue", "give_up")
     show_full_result_count = False
-    inlines = (AttemptInline, PaymentInline)
     fields = readonly_fields = (
         *("message_link", "inbox", "host_link", "state", "lane", "attempts_of"),
         *("next_attempt_shown", "last_status", "last_error", "deadline_reached"),
@@ -147,6 +152,10 @@ class DeliveryAdmin(ReadOnlyAdmin):
             clip(inbox_path(obj.inbox) or obj.inbox, obj.inbox),
         )  # fmt: skip
 
+    @admin.display(description="state", ordering="state")
+    def state_cell(self, obj: Delivery) -> str:
+        return obj.state  # the value: the label of "waiting" is a sentence
+
     @admin.display(description="status", ordering="last_status")
     def status(self, obj: Delivery) -> str:
         return "-" if obj.last_status is None else str(obj.last_status)
@@ -157,7 +166,10 @@ class DeliveryAdmin(ReadOnlyAdmin):
 
     @admin.display(description="next attempt", ordering="next_attempt_at")
     def next_attempt(self, obj: Delivery) -> str:
-        return relative(obj.next_attempt_at) if obj.state in LIVE_STATES else "-"
+        if obj.state not in LIVE_STATES:
+            return "-"
+        when = relative(obj.next_attempt_at)
+        return when if when.startswith("in ") else f"due {when}"
 
     @admin.display(description="created", ordering="created_at")
     def created(self, obj: Delivery) -> SafeString:
@@ -247,6 +259,19 @@ class DeliveryAdmin(ReadOnlyAdmin):
             back=request.get_full_path(),
             one=ticked[0] if len(ticked) == 1 and not across else None,
         )
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The list, without the admin's navigation sidebar: its columns need the room
+        (1,400 px fit them with the filters open)."""
+        extra = {**(extra_context or {}), "is_nav_sidebar_enabled": False}
+        return super().changelist_view(request, extra)
+
+    def get_inlines(self, request: HttpRequest, obj: Any = None) -> list[Any]:
+        """The attempt history, and the payments only for a delivery that met a 402."""
+        paid = obj is not None and PaymentAttempt.objects.filter(delivery=obj).exists()
+        return [AttemptInline, PaymentInline] if paid else [AttemptInline]
 
     def change_view(
         self,

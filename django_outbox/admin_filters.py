@@ -132,6 +132,22 @@ class TagFilter(ChosenFilter):
         return [(tag, tag) for tag in tags]
 
 
+class StateFilter(admin.SimpleListFilter):
+    """Deliveries in one state, as ``?state=failed`` (the overview's and CLI's word)."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, state) for state in DeliveryState.values]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value and value not in DeliveryState.values:
+            raise IncorrectLookupParameters(f"state is one of {', '.join(DeliveryState.values)}")
+        return queryset.filter(state=value) if value else queryset
+
+
 class DueFilter(admin.SimpleListFilter):
     """Queued deliveries whose time has come (the overview's "due" and "oldest due")."""
 
