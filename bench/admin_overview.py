@@ -1,0 +1,120 @@
+"""How long the admin console's pages take on 1,000,000 deliveries in PostgreSQL.
+
+``python bench/admin_overview.py [--rows 1000000] [--repeats 7] [--keep]``
+
+Fills the database ``bench/status_command.py`` fills (the same day of deliveries,
+written by ``INSERT ... SELECT generate_series``, then ``VACUUM ANALYZE``), logs a
+superuser in with Django's test client and times whole requests, templates included:
+the overview with the day's ended hours kept by the process (as on most views) and
+counted afresh (the first view in a web process), and its parts; the delivery list,
+filtered and not; a host's page.  Median and worst of ``--repeats`` after a warm-up;
+``bench/results/admin_overview.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import RESULTS_DIR, Env, _with_path, log, setup_django, start_services
+from bench.figures import save_json
+from bench.status_command import DATABASE, fill, timed
+
+
+def pages(repeats: int) -> dict[str, Any]:
+    """Time the pages and the overview's parts."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.utils import timezone
+
+    from django_outbox.conf import conf
+    from django_outbox.status import snapshot, timeline
+    from django_outbox.store.heartbeats import live_names
+
+    user = User.objects.filter(username="bench").first() or User.objects.create_superuser(
+        "bench", "bench@example.invalid", "bench"
+    )
+    client = Client(SERVER_NAME="localhost")  # one of ALLOWED_HOSTS
+    client.force_login(user)
+
+    def get(url: str) -> Callable[[], None]:
+        def request() -> None:
+            response = client.get(url)
+            if response.status_code != 200:
+                raise RuntimeError(f"{url}: HTTP {response.status_code}")
+
+        return request
+
+    overview = get("/admin/django_outbox/delivery/overview/")
+    now = timezone.now()
+    parts: dict[str, Callable[[], Any]] = {
+        "overview page": overview,
+        "overview page, no hour kept": lambda: (timeline.forget_ended_hours(), overview()),
+        "  snapshot (outbox status)": snapshot.take_snapshot,
+        "  failing hosts counted": lambda: snapshot.failing_population(now),
+        "  workers beating": lambda: live_names(conf.HEARTBEAT_TIMEOUT),
+        "  last hour per minute": lambda: timeline.timeline(timedelta(hours=1), "minute"),
+        "  last day per hour, hours kept": lambda: timeline.timeline(timedelta(days=1), "hour"),
+        "  last day per hour, counted afresh": lambda: (
+            timeline.forget_ended_hours(),
+            timeline.timeline(timedelta(days=1), "hour"),
+        ),
+        "  batches under way": timeline.batches_in_progress,
+        "delivery list": get("/admin/django_outbox/delivery/"),
+        "delivery list, failed": get("/admin/django_outbox/delivery/?state=failed"),
+        "delivery list, one host": get("/admin/django_outbox/delivery/?host=h7.example"),
+        "host page": get("/admin/django_outbox/host/destination/h7.example/"),
+    }
+    return {name: timed(part, repeats) for name, part in parts.items()}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Fill (unless ``--keep``), measure, save."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="reuse the rows of a previous run")
+    options = parser.parse_args(argv)
+    env = start_services()
+    env = Env(_with_path(env.database_url, "/" + DATABASE), env.redis_url)
+    import psycopg
+
+    with psycopg.connect(_with_path(env.database_url, "/postgres"), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
+            conn.execute(f"CREATE DATABASE {DATABASE}")
+    setup_django(env)
+    results: dict[str, Any] = {"rows": options.rows}
+    if not options.keep:
+        log(f"filling {options.rows:,} deliveries")
+        results["fill_s"] = round(fill(options.rows), 1)
+        log(f"filled in {results['fill_s']}s")
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM django_outbox_delivery")
+        results["rows"] = cursor.fetchone()[0]
+    load_before = os.getloadavg()[0]
+    results["timings"] = pages(options.repeats)
+    results["at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    results["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    for name, figures in results["timings"].items():
+        log(
+            f"{name:38} median {figures['median_s'] * 1000:8.1f} ms   max "
+            f"{figures['max_s'] * 1000:8.1f} ms"
+        )
+    log(f"load average {results['load_average']}")
+    save_json(RESULTS_DIR / "admin_overview.json", results)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
