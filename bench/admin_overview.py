@@ -13,21 +13,19 @@ filtered and not; a host's page.  Median and worst of ``--repeats`` after a warm
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import RESULTS_DIR, Env, _with_path, log, setup_django, start_services
+from bench.common import RESULTS_DIR, log
 from bench.figures import save_json
-from bench.status_command import DATABASE, fill, timed
+from bench.status_command import arguments, prepare, snapshot_parts, timed
 
 
 def pages(repeats: int) -> dict[str, Any]:
@@ -62,13 +60,7 @@ def pages(repeats: int) -> dict[str, Any]:
         "  snapshot (outbox status)": snapshot.take_snapshot,
         "  failing hosts counted": lambda: snapshot.failing_population(now),
         "  workers beating": lambda: live_names(conf.HEARTBEAT_TIMEOUT),
-        "  last hour per minute": lambda: timeline.timeline(timedelta(hours=1), "minute"),
-        "  last day per hour, hours kept": lambda: timeline.timeline(timedelta(days=1), "hour"),
-        "  last day per hour, counted afresh": lambda: (
-            timeline.forget_ended_hours(),
-            timeline.timeline(timedelta(days=1), "hour"),
-        ),
-        "  batches under way": timeline.batches_in_progress,
+        **{f"  {name}": part for name, part in snapshot_parts(now).items()},
         "delivery list": get("/admin/django_outbox/delivery/"),
         "delivery list, failed": get("/admin/django_outbox/delivery/?state=failed"),
         "delivery list, one host": get("/admin/django_outbox/delivery/?host=h7.example"),
@@ -79,29 +71,8 @@ def pages(repeats: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Fill (unless ``--keep``), measure, save."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--keep", action="store_true", help="reuse the rows of a previous run")
-    options = parser.parse_args(argv)
-    env = start_services()
-    env = Env(_with_path(env.database_url, "/" + DATABASE), env.redis_url)
-    import psycopg
-
-    with psycopg.connect(_with_path(env.database_url, "/postgres"), autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
-            conn.execute(f"CREATE DATABASE {DATABASE}")
-    setup_django(env)
-    results: dict[str, Any] = {"rows": options.rows}
-    if not options.keep:
-        log(f"filling {options.rows:,} deliveries")
-        results["fill_s"] = round(fill(options.rows), 1)
-        log(f"filled in {results['fill_s']}s")
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM django_outbox_delivery")
-        results["rows"] = cursor.fetchone()[0]
+    options = arguments(argv, __doc__, repeats=7)
+    results = prepare(options.rows, options.keep)
     load_before = os.getloadavg()[0]
     results["timings"] = pages(options.repeats)
     results["at"] = time.strftime("%Y-%m-%d %H:%M:%S")

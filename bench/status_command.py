@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -112,18 +112,11 @@ def timed(function: Callable[[], Any], repeats: int) -> dict[str, float]:
     return {"median_s": round(statistics.median(times), 4), "max_s": round(max(times), 4)}
 
 
-def measure(repeats: int) -> dict[str, Any]:
-    """Time each query of a snapshot, the command, the overview and a scrape."""
-    from django.core.management import call_command
-    from django.test import RequestFactory, override_settings
-    from django.utils import timezone
-
-    from django_outbox.metrics.registry import exposition
-    from django_outbox.overview import overview_context
+def snapshot_parts(now: datetime) -> dict[str, Callable[[], Any]]:
+    """Each query of a snapshot, and of the overview's charts and batches, by name."""
     from django_outbox.status import snapshot, timeline
 
-    now = timezone.now()
-    parts: dict[str, Callable[[], Any]] = {
+    return {
         "counts by state and lane": lambda: snapshot.lane_statuses(now),
         "finished per minute (5 min)": lambda: snapshot.per_minute(now),
         "send-to-settle sample": lambda: snapshot.settle_times(now),
@@ -136,7 +129,21 @@ def measure(repeats: int) -> dict[str, Any]:
         ),
         "batches under way": timeline.batches_in_progress,
     }
-    results: dict[str, Any] = {name: timed(part, repeats) for name, part in parts.items()}
+
+
+def measure(repeats: int) -> dict[str, Any]:
+    """Time each query of a snapshot, the command, the overview and a scrape."""
+    from django.core.management import call_command
+    from django.test import RequestFactory, override_settings
+    from django.utils import timezone
+
+    from django_outbox.metrics.registry import exposition
+    from django_outbox.overview import overview_context
+    from django_outbox.status import timeline
+
+    results: dict[str, Any] = {
+        name: timed(part, repeats) for name, part in snapshot_parts(timezone.now()).items()
+    }
 
     def command() -> None:
         out = io.StringIO()
@@ -157,13 +164,18 @@ def measure(repeats: int) -> dict[str, Any]:
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Fill, measure, save."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(argv: Sequence[str] | None, doc: str | None, repeats: int) -> argparse.Namespace:
+    """``--rows``, ``--repeats`` and ``--keep``, for a script whose docstring is ``doc``."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--keep", action="store_true", help="reuse the rows of a previous run")
-    options = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def prepare(rows: int, keep: bool) -> dict[str, Any]:
+    """Start the servers, make and migrate :data:`DATABASE` and fill it with ``rows``
+    deliveries (unless ``keep``); the results so far (rows there, seconds filling)."""
     env = start_services()
     env = Env(_with_path(env.database_url, "/" + DATABASE), env.redis_url)
     import psycopg
@@ -172,16 +184,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
             conn.execute(f"CREATE DATABASE {DATABASE}")
     setup_django(env)
-    results: dict[str, Any] = {"rows": options.rows}
-    if not options.keep:
-        log(f"filling {options.rows:,} deliveries")
-        results["fill_s"] = round(fill(options.rows), 1)
+    results: dict[str, Any] = {"rows": rows}
+    if not keep:
+        log(f"filling {rows:,} deliveries")
+        results["fill_s"] = round(fill(rows), 1)
         log(f"filled in {results['fill_s']}s")
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM django_outbox_delivery")
         results["rows"] = cursor.fetchone()[0]
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Fill, measure, save."""
+    options = arguments(argv, __doc__, repeats=5)
+    results = prepare(options.rows, options.keep)
     results["timings"] = measure(options.repeats)
     results["at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     results["load_average"] = round(os.getloadavg()[0], 2)

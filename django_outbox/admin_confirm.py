@@ -9,17 +9,18 @@ matches (a warning when nothing changed), and writes one ``LogEntry``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.admin import helpers
+from django.contrib.admin import AdminSite, helpers
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
 
 from django_outbox import bulk
 from django_outbox.models import Delivery, DeliveryState
@@ -55,6 +56,17 @@ REQUEUE = Change(
     "still live: queued, waiting or being sent",
 )
 GIVE_UP = Change("give up on", "Gave up on", "given up on", bulk.LIVE, (), "already finished")
+
+
+def change_paths(
+    site: AdminSite, route: str, view: Callable[..., Any], name: str
+) -> list[URLPattern]:
+    """The URLs of ``view`` requeueing (``route`` + ``requeue/``, named ``name_requeue``)
+    and giving up (``route`` + ``give-up/``, ``name_give_up``): it is passed ``change``."""
+    return [
+        path(f"{route}{slug}/", site.admin_view(view), {"change": change}, name=f"{name}_{key}")
+        for change, slug, key in ((REQUEUE, "requeue", "requeue"), (GIVE_UP, "give-up", "give_up"))
+    ]
 
 
 def action_fields(request: HttpRequest) -> list[tuple[str, str]]:

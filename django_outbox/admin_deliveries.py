@@ -22,7 +22,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from django_outbox.admin_confirm import GIVE_UP, REQUEUE, Change, action_fields, confirm_or_act
+from django_outbox.admin_confirm import (
+    GIVE_UP,
+    REQUEUE,
+    Change,
+    action_fields,
+    change_paths,
+    confirm_or_act,
+)
 from django_outbox.admin_filters import (
     DueFilter,
     HostFilter,
@@ -30,8 +37,15 @@ from django_outbox.admin_filters import (
     StateFilter,
     TagFilter,
 )
-from django_outbox.admin_format import NONE, age_with_tooltip, moment_with_age, relative
-from django_outbox.admin_readonly import ReadOnlyAdmin
+from django_outbox.admin_format import (
+    NONE,
+    age_with_tooltip,
+    moment_with_age,
+    msat,
+    relative,
+    shown,
+)
+from django_outbox.admin_readonly import ReadOnlyAdmin, ReadOnlyInline
 from django_outbox.models import LIVE_STATES, Attempt, Delivery, PaymentAttempt
 from django_outbox.overview import overview_context
 from django_outbox.status.text import seconds
@@ -47,7 +61,7 @@ def clip(text: str, title: str | None = None) -> SafeString:
     return format_html('<span class="outbox-clip" title="{}">{}</span>', title or text, text)
 
 
-class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
+class AttemptInline(ReadOnlyInline):
     """A delivery's failed and held attempts, newest first, times local with seconds."""
 
     model = Attempt
@@ -55,62 +69,30 @@ class AttemptInline(admin.TabularInline):  # type: ignore[type-arg]
         *("started", "number", "result", "status", "took"),
         *("scheme", "waited", "held", "times", "error"),
     )
-    extra = 0
-    can_delete = False
     ordering = ("-at",)
     verbose_name_plural = "attempt history (failed and held attempts)"
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    @admin.display(description="at")
-    def started(self, obj: Attempt) -> str:
-        return moment_with_age(obj.at)
-
-    @admin.display(description="took")
-    def took(self, obj: Attempt) -> str:
-        return seconds(obj.duration)
-
-    @admin.display(description="wait asked")
-    def waited(self, obj: Attempt) -> str:
-        return seconds(obj.wait)
+    started = shown("at", "at")
+    took = shown("duration", "took", seconds)
+    waited = shown("wait", "wait asked", seconds)
 
 
-class PaymentInline(admin.TabularInline):  # type: ignore[type-arg]
+class PaymentInline(ReadOnlyInline):
     """The payments a delivery's 402 answers asked for."""
 
     model = PaymentAttempt
     fields = readonly_fields = ("payment", "state", "amount", "fee", "created", "reason")
-    extra = 0
-    can_delete = False
     ordering = ("-id",)
     verbose_name_plural = "payments (402 answers paid for)"
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description="payment")
     def payment(self, obj: PaymentAttempt) -> str:
         url = reverse("admin:django_outbox_paymentattempt_change", args=[obj.pk])
         return format_html('<a href="{}">#{}</a>', url, obj.pk)
 
-    @admin.display(description="amount")
-    def amount(self, obj: PaymentAttempt) -> str:
-        return f"{obj.amount_msat:,} msat"
-
-    @admin.display(description="fee")
-    def fee(self, obj: PaymentAttempt) -> str:
-        return f"{obj.fee_msat:,} msat"
-
-    @admin.display(description="created")
-    def created(self, obj: PaymentAttempt) -> str:
-        return moment_with_age(obj.created_at)
+    amount = shown("amount_msat", "amount", msat)
+    fee = shown("fee_msat", "fee", msat)
+    created = shown("created_at", "created")
 
 
 class DeliveryAdmin(ReadOnlyAdmin):
@@ -171,13 +153,8 @@ class DeliveryAdmin(ReadOnlyAdmin):
         when = relative(obj.next_attempt_at)
         return when if when.startswith("in ") else f"due {when}"
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, obj: Delivery) -> SafeString:
-        return age_with_tooltip(obj.created_at)
-
-    @admin.display(description="finished", ordering="finished_at")
-    def finished(self, obj: Delivery) -> SafeString:
-        return age_with_tooltip(obj.finished_at)
+    created = shown("created_at", "created", age_with_tooltip, ordering="created_at")
+    finished = shown("finished_at", "finished", age_with_tooltip, ordering="finished_at")
 
     @admin.display(description="batch tag", ordering="message__tag")
     def tag_cell(self, obj: Delivery) -> SafeString:
@@ -207,21 +184,10 @@ class DeliveryAdmin(ReadOnlyAdmin):
     def next_attempt_shown(self, obj: Delivery) -> str:
         return moment_with_age(obj.next_attempt_at) if obj.state in LIVE_STATES else "-"
 
-    @admin.display(description="created")
-    def created_shown(self, obj: Delivery) -> str:
-        return moment_with_age(obj.created_at)
-
-    @admin.display(description="finished")
-    def finished_shown(self, obj: Delivery) -> str:
-        return moment_with_age(obj.finished_at)
-
-    @admin.display(description="last published")
-    def dispatched_shown(self, obj: Delivery) -> str:
-        return moment_with_age(obj.dispatched_at)
-
-    @admin.display(description="lease until")
-    def lease_shown(self, obj: Delivery) -> str:
-        return moment_with_age(obj.lease_until)
+    created_shown = shown("created_at", "created")
+    finished_shown = shown("finished_at", "finished")
+    dispatched_shown = shown("dispatched_at", "last published")
+    lease_shown = shown("lease_until", "lease until")
 
     def has_manage_permission(self, request: HttpRequest) -> bool:
         """Requeueing and giving up need the permission to change deliveries."""
@@ -287,18 +253,7 @@ class DeliveryAdmin(ReadOnlyAdmin):
         site = self.admin_site
         return [
             path("overview/", site.admin_view(self.overview_view), name="django_outbox_overview"),
-            path(
-                "<int:pk>/requeue/",
-                site.admin_view(self.one_view),
-                {"change": REQUEUE},
-                name="django_outbox_delivery_requeue",
-            ),
-            path(
-                "<int:pk>/give-up/",
-                site.admin_view(self.one_view),
-                {"change": GIVE_UP},
-                name="django_outbox_delivery_give_up",
-            ),
+            *change_paths(site, "<int:pk>/", self.one_view, "django_outbox_delivery"),
             *super().get_urls(),
         ]
 

@@ -7,9 +7,12 @@ and in lists an age with the moment as its tooltip.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 from urllib.parse import urlsplit
 
+from django.contrib import admin
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -65,3 +68,20 @@ def breaker_host(key: str) -> str:
     if scope == "inbox":
         return (urlsplit(rest).hostname or "").lower()
     return rest.lower()
+
+
+def shown(
+    field: str,
+    description: str,
+    how: Callable[[Any], str] = moment_with_age,
+    *,
+    ordering: str | None = None,
+) -> Callable[[Any, Any], str]:
+    """A list column or read-only field showing ``field`` of a row written by ``how``
+    (by default a local time with its age), sorted by ``ordering`` if given."""
+
+    @admin.display(description=description, ordering=ordering)
+    def column(model_admin: Any, obj: Any) -> str:
+        return how(getattr(obj, field))
+
+    return column

@@ -22,9 +22,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 
-from django_outbox.admin_confirm import GIVE_UP, REQUEUE, Change, confirm_or_act, log
+from django_outbox.admin_confirm import REQUEUE, Change, change_paths, confirm_or_act, log
 from django_outbox.admin_deliveries import host_page
-from django_outbox.admin_format import breaker_host, local_time, moment_with_age
+from django_outbox.admin_format import breaker_host, local_time, shown
 from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.breakers import BreakerStoreUnavailable
 from django_outbox.breakers.configured import breakers_shared, configured_store
@@ -60,13 +60,8 @@ class HostAdmin(ReadOnlyAdmin):
     def name_link(self, obj: Host) -> SafeString:
         return format_html('<a href="{}">{}</a>', host_page(obj.name), obj.name)
 
-    @admin.display(description="failing since", ordering="first_failure_at")
-    def failing_since(self, obj: Host) -> str:
-        return moment_with_age(obj.first_failure_at)
-
-    @admin.display(description="unavailable since", ordering="unavailable_since")
-    def unavailable(self, obj: Host) -> str:
-        return moment_with_age(obj.unavailable_since)
+    failing_since = shown("first_failure_at", "failing since", ordering="first_failure_at")
+    unavailable = shown("unavailable_since", "unavailable since", ordering="unavailable_since")
 
     def has_manage_permission(self, request: HttpRequest) -> bool:
         """Resetting hosts and breakers needs the permission to change hosts."""
@@ -125,17 +120,8 @@ class HostAdmin(ReadOnlyAdmin):
                 site.admin_view(self.host_view),
                 name="django_outbox_host_page",
             ),
-            path(
-                "destination/<str:name>/requeue/",
-                site.admin_view(self.host_change_view),
-                {"change": REQUEUE},
-                name="django_outbox_host_requeue",
-            ),
-            path(
-                "destination/<str:name>/give-up/",
-                site.admin_view(self.host_change_view),
-                {"change": GIVE_UP},
-                name="django_outbox_host_give_up",
+            *change_paths(
+                site, "destination/<str:name>/", self.host_change_view, "django_outbox_host"
             ),
             path(
                 "destination/<str:name>/reset/",

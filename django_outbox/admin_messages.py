@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from django_outbox.admin_format import age_with_tooltip, moment_with_age
+from django_outbox.admin_format import age_with_tooltip, shown
 from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.bulk import count_by_state
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Message
@@ -61,9 +61,7 @@ class MessageAdmin(ReadOnlyAdmin):
     def inboxes(self, obj: Message) -> str:
         return f"{obj.inbox_count:,}"
 
-    @admin.display(description="created", ordering="created_at")
-    def created(self, obj: Message) -> SafeString:
-        return age_with_tooltip(obj.created_at)
+    created = shown("created_at", "created", age_with_tooltip, ordering="created_at")
 
     @admin.display(description="progress")
     def progress(self, obj: Any) -> SafeString:
@@ -102,13 +100,8 @@ class MessageAdmin(ReadOnlyAdmin):
             parts,
         )
 
-    @admin.display(description="deadline")
-    def deadline_shown(self, obj: Message) -> SafeString:
-        return moment_with_age(obj.deadline)
-
-    @admin.display(description="created")
-    def created_shown(self, obj: Message) -> SafeString:
-        return moment_with_age(obj.created_at)
+    deadline_shown = shown("deadline", "deadline")
+    created_shown = shown("created_at", "created")
 
     @admin.display(description="body")
     def body_text(self, obj: Message) -> SafeString:

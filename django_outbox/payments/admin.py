@@ -17,11 +17,10 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.safestring import SafeString
 
 from django_outbox.admin_confirm import REQUEUE, action_fields, confirm_or_act
 from django_outbox.admin_filters import DeliveryFilter, HostFilter
-from django_outbox.admin_format import age_with_tooltip, moment_with_age, msat
+from django_outbox.admin_format import age_with_tooltip, msat, shown
 from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.conf import conf
 from django_outbox.models import Delivery
@@ -123,45 +122,16 @@ class PaymentAttemptAdmin(ReadOnlyAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[PaymentAttempt]:
         return super().get_queryset(request).defer("invoice", "macaroon", "preimage")
 
-    @admin.display(description="age", ordering="created_at")
-    def age(self, obj: PaymentAttempt) -> SafeString:
-        return age_with_tooltip(obj.created_at)
-
-    @admin.display(description="amount", ordering="amount_msat")
-    def amount(self, obj: PaymentAttempt) -> str:
-        return msat(obj.amount_msat)
-
-    @admin.display(description="amount given to the node")
-    def pay_amount(self, obj: PaymentAttempt) -> str:
-        return msat(obj.pay_amount_msat)
-
-    @admin.display(description="fee", ordering="fee_msat")
-    def fee(self, obj: PaymentAttempt) -> str:
-        return msat(obj.fee_msat)
-
-    @admin.display(description="reserved of the budget")
-    def reserved(self, obj: PaymentAttempt) -> str:
-        return msat(obj.reserved_msat)
-
-    @admin.display(description="created")
-    def created(self, obj: PaymentAttempt) -> SafeString:
-        return moment_with_age(obj.created_at)
-
-    @admin.display(description="paid")
-    def paid(self, obj: PaymentAttempt) -> SafeString:
-        return moment_with_age(obj.paid_at)
-
-    @admin.display(description="invoice expires")
-    def invoice_expires(self, obj: PaymentAttempt) -> SafeString:
-        return moment_with_age(obj.invoice_expires_at)
-
-    @admin.display(description="token expires")
-    def expires(self, obj: PaymentAttempt) -> SafeString:
-        return moment_with_age(obj.expires_at)
-
-    @admin.display(description="retired")
-    def retired(self, obj: PaymentAttempt) -> SafeString:
-        return moment_with_age(obj.retired_at)
+    age = shown("created_at", "age", age_with_tooltip, ordering="created_at")
+    amount = shown("amount_msat", "amount", msat, ordering="amount_msat")
+    pay_amount = shown("pay_amount_msat", "amount given to the node", msat)
+    fee = shown("fee_msat", "fee", msat, ordering="fee_msat")
+    reserved = shown("reserved_msat", "reserved of the budget", msat)
+    created = shown("created_at", "created")
+    paid = shown("paid_at", "paid")
+    invoice_expires = shown("invoice_expires_at", "invoice expires")
+    expires = shown("expires_at", "token expires")
+    retired = shown("retired_at", "retired")
 
     @admin.display(description="delivery")
     def delivery_link(self, obj: PaymentAttempt) -> str:
