@@ -1,6 +1,6 @@
 """How long the admin console's pages take on 1,000,000 deliveries in PostgreSQL.
 
-``python bench/admin_overview.py [--rows 1000000] [--repeats 7] [--keep]``
+``python bench/admin_overview.py [--rows 1000000] [--repeats 7] [--keep] [--only NAME ...]``
 
 Fills the database ``bench/status_command.py`` fills (the same day of deliveries,
 written by ``INSERT ... SELECT generate_series``, then ``VACUUM ANALYZE``), logs a
@@ -8,7 +8,8 @@ superuser in with Django's test client and times whole requests, templates inclu
 the overview with the day's ended hours kept by the process (as on most views) and
 counted afresh (the first view in a web process), and its parts; the delivery list,
 filtered and not; a host's page.  Median and worst of ``--repeats`` after a warm-up;
-``bench/results/admin_overview.json``.
+``bench/results/admin_overview.json``.  ``--only "overview page"`` times the overview alone
+(what ``--keep`` runs of two commits alternate to compare them).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from bench.figures import save_json
 from bench.status_command import arguments, prepare, snapshot_parts, timed
 
 
-def pages(repeats: int) -> dict[str, Any]:
-    """Time the pages and the overview's parts."""
+def pages(repeats: int, only: Sequence[str] = ()) -> dict[str, Any]:
+    """Time the pages and the overview's parts (those whose names start with one of
+    ``only``, if given)."""
     from django.contrib.auth.models import User
     from django.test import Client
     from django.utils import timezone
@@ -66,15 +68,18 @@ def pages(repeats: int) -> dict[str, Any]:
         "delivery list, one host": get("/admin/django_outbox/delivery/?host=h7.example"),
         "host page": get("/admin/django_outbox/host/destination/h7.example/"),
     }
-    return {name: timed(part, repeats) for name, part in parts.items()}
+    chosen = {
+        name: part for name, part in parts.items() if not only or name.startswith(tuple(only))
+    }
+    return {name: timed(part, repeats) for name, part in chosen.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Fill (unless ``--keep``), measure, save."""
-    options = arguments(argv, __doc__, repeats=7)
+    options = arguments(argv, __doc__, repeats=7, only=True)
     results = prepare(options.rows, options.keep)
     load_before = os.getloadavg()[0]
-    results["timings"] = pages(options.repeats)
+    results["timings"] = pages(options.repeats, options.only)
     results["at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     results["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     for name, figures in results["timings"].items():

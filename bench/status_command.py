@@ -36,16 +36,16 @@ DATABASE = "outbox_status_bench"
 FILL = """
 INSERT INTO django_outbox_message
     (id, sender, body, body_sha256, content_type, activity_type, tag, ordering_key, lane,
-     synchronize_collection, max_attempts, inbox_count, created_at)
+     synchronize_collection, max_attempts, inbox_count, created_at, signing, webhook_id)
 SELECT m, 'https://demo.example/users/alice', '\\x7b7d'::bytea, '\\x00'::bytea,
        'application/activity+json', 'Create', 'post-' || m, '', 'outbox', false, 16,
-       %(rows)s / 1000, now() - interval '1 day'
+       %(rows)s / 1000, now() - interval '1 day', 'http-signatures', ''
 FROM generate_series(1, 1000) AS m;
 
 INSERT INTO django_outbox_delivery
     (id, message_id, inbox, host, via, state, lane, ordering_key, attempts, next_attempt_at,
      dispatched_at, claimed_by, lease_until, last_status, last_error, deadline_reached,
-     created_at, finished_at)
+     created_at, finished_at, failed_signal_pending)
 SELECT i, 1 + i %% 1000,
        'https://h' || (i %% 5000) || '.example/users/' || i || '/inbox',
        'h' || (i %% 5000) || '.example', '[]'::jsonb, s.state,
@@ -57,7 +57,7 @@ SELECT i, 1 + i %% 1000,
        NULL, '', NULL, CASE WHEN s.state IN ('delivered', 'refused', 'failed') THEN 202 END,
        CASE WHEN s.state = 'failed' THEN 'HTTP 503' ELSE '' END, false,
        s.created, CASE WHEN s.state IN ('delivered', 'refused', 'skipped', 'failed')
-                       THEN s.created + (i %% 100) * interval '100 milliseconds' END
+                       THEN s.created + (i %% 100) * interval '100 milliseconds' END, false
 FROM generate_series(1, %(rows)s) AS i,
      LATERAL (SELECT CASE
         WHEN i %% 1000 < 940 THEN 'delivered' WHEN i %% 1000 < 950 THEN 'refused'
@@ -164,12 +164,17 @@ def measure(repeats: int) -> dict[str, Any]:
     return results
 
 
-def arguments(argv: Sequence[str] | None, doc: str | None, repeats: int) -> argparse.Namespace:
-    """``--rows``, ``--repeats`` and ``--keep``, for a script whose docstring is ``doc``."""
+def arguments(
+    argv: Sequence[str] | None, doc: str | None, repeats: int, only: bool = False
+) -> argparse.Namespace:
+    """``--rows``, ``--repeats`` and ``--keep`` (and ``--only``), for a script whose
+    docstring is ``doc``."""
     parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--keep", action="store_true", help="reuse the rows of a previous run")
+    if only:
+        parser.add_argument("--only", nargs="+", default=[], help="time only these parts")
     return parser.parse_args(argv)
 
 

@@ -225,3 +225,35 @@ def test_breakers_in_worker_memory_are_said_to_be_out_of_sight(admin_client: Cli
         page = admin_client.get(url).content.decode()
         assert "No breaker is open" not in page
         assert "memory" in page
+
+
+def test_the_tag_filter_offers_a_search_box_and_ten_tags_however_many_there_are(
+    admin_client: Client,
+) -> None:
+    from tests.unit.observability_helpers import message
+
+    for n in range(40):
+        message(tag=f"move-{n}")
+    url = reverse("admin:django_outbox_delivery_changelist")
+    html = admin_client.get(url + "?state=failed").content.decode()
+    assert html.count("?state=failed&amp;tag=move-") == 10
+    assert "tag=move-39" in html and "tag=move-29" not in html
+    assert 'id="outbox-filter-tag"' in html
+    assert '<input type="hidden" name="state" value="failed">' in html
+    chosen = admin_client.get(url + "?tag=move-3").content.decode()
+    assert '<li class="selected">\n    <a href="?tag=move-3">move-3</a>' in chosen
+
+
+def test_a_messages_page_shows_its_body_indented_and_its_deliveries_by_state(
+    admin_client: Client,
+) -> None:
+    failed = some_deliveries()["failed"]
+    html = admin_client.get(
+        reverse("admin:django_outbox_message_change", args=[failed.message_id])
+    ).content.decode()
+    assert "{\n  &quot;type&quot;: &quot;Create&quot;" in html
+    listing = reverse("admin:django_outbox_delivery_changelist")
+    assert f'<a href="{listing}?message={failed.message_id}&amp;state=failed">1 failed</a>' in html
+    assert f'<a href="{listing}?message={failed.message_id}">all 3</a>' in html
+    chosen = admin_client.get(f"{listing}?message={failed.message_id}").content.decode()
+    assert f"Create #{failed.message_id} from" in chosen  # the filter names the message
