@@ -239,16 +239,6 @@ class DeliveryAdmin(ReadOnlyAdmin):
         paid = obj is not None and PaymentAttempt.objects.filter(delivery=obj).exists()
         return [AttemptInline, PaymentInline] if paid else [AttemptInline]
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        extra = {**(extra_context or {}), "can_manage": self.has_manage_permission(request)}
-        return super().change_view(request, object_id, form_url, extra)
-
     def get_urls(self) -> list[URLPattern]:
         site = self.admin_site
         return [
