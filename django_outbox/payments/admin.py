@@ -184,7 +184,7 @@ class PaymentAttemptAdmin(ReadOnlyAdmin):
             self.admin_site.each_context(request),
             REQUEUE,
             Delivery.objects.filter(id__in=ids),
-            described=f"the deliveries of the {len(ids):,} failed payments ticked",
+            described=f"the deliveries of the {len(ids):,} failed payments selected",
             hidden=action_fields(request),
             back=request.get_full_path(),
         )
