@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +36,16 @@ DATABASE = "outbox_status_bench"
 FILL = """
 INSERT INTO django_outbox_message
     (id, sender, body, body_sha256, content_type, activity_type, tag, ordering_key, lane,
-     synchronize_collection, max_attempts, inbox_count, created_at)
+     synchronize_collection, max_attempts, inbox_count, created_at, signing, webhook_id)
 SELECT m, 'https://demo.example/users/alice', '\\x7b7d'::bytea, '\\x00'::bytea,
        'application/activity+json', 'Create', 'post-' || m, '', 'outbox', false, 16,
-       %(rows)s / 1000, now() - interval '1 day'
+       %(rows)s / 1000, now() - interval '1 day', 'http-signatures', ''
 FROM generate_series(1, 1000) AS m;
 
 INSERT INTO django_outbox_delivery
     (id, message_id, inbox, host, via, state, lane, ordering_key, attempts, next_attempt_at,
      dispatched_at, claimed_by, lease_until, last_status, last_error, deadline_reached,
-     created_at, finished_at)
+     created_at, finished_at, failed_signal_pending)
 SELECT i, 1 + i %% 1000,
        'https://h' || (i %% 5000) || '.example/users/' || i || '/inbox',
        'h' || (i %% 5000) || '.example', '[]'::jsonb, s.state,
@@ -57,7 +57,7 @@ SELECT i, 1 + i %% 1000,
        NULL, '', NULL, CASE WHEN s.state IN ('delivered', 'refused', 'failed') THEN 202 END,
        CASE WHEN s.state = 'failed' THEN 'HTTP 503' ELSE '' END, false,
        s.created, CASE WHEN s.state IN ('delivered', 'refused', 'skipped', 'failed')
-                       THEN s.created + (i %% 100) * interval '100 milliseconds' END
+                       THEN s.created + (i %% 100) * interval '100 milliseconds' END, false
 FROM generate_series(1, %(rows)s) AS i,
      LATERAL (SELECT CASE
         WHEN i %% 1000 < 940 THEN 'delivered' WHEN i %% 1000 < 950 THEN 'refused'
@@ -112,18 +112,11 @@ def timed(function: Callable[[], Any], repeats: int) -> dict[str, float]:
     return {"median_s": round(statistics.median(times), 4), "max_s": round(max(times), 4)}
 
 
-def measure(repeats: int) -> dict[str, Any]:
-    """Time each query of a snapshot, the command, the overview and a scrape."""
-    from django.core.management import call_command
-    from django.test import RequestFactory, override_settings
-    from django.utils import timezone
-
-    from django_outbox.metrics.registry import exposition
-    from django_outbox.overview import overview_context
+def snapshot_parts(now: datetime) -> dict[str, Callable[[], Any]]:
+    """Each query of a snapshot, and of the overview's charts and batches, by name."""
     from django_outbox.status import snapshot, timeline
 
-    now = timezone.now()
-    parts: dict[str, Callable[[], Any]] = {
+    return {
         "counts by state and lane": lambda: snapshot.lane_statuses(now),
         "finished per minute (5 min)": lambda: snapshot.per_minute(now),
         "send-to-settle sample": lambda: snapshot.settle_times(now),
@@ -136,7 +129,21 @@ def measure(repeats: int) -> dict[str, Any]:
         ),
         "batches under way": timeline.batches_in_progress,
     }
-    results: dict[str, Any] = {name: timed(part, repeats) for name, part in parts.items()}
+
+
+def measure(repeats: int) -> dict[str, Any]:
+    """Time each query of a snapshot, the command, the overview and a scrape."""
+    from django.core.management import call_command
+    from django.test import RequestFactory, override_settings
+    from django.utils import timezone
+
+    from django_outbox.metrics.registry import exposition
+    from django_outbox.overview import overview_context
+    from django_outbox.status import timeline
+
+    results: dict[str, Any] = {
+        name: timed(part, repeats) for name, part in snapshot_parts(timezone.now()).items()
+    }
 
     def command() -> None:
         out = io.StringIO()
@@ -145,22 +152,35 @@ def measure(repeats: int) -> dict[str, Any]:
 
     results["outbox status --json"] = timed(command, repeats)
     request = RequestFactory().get("/admin/django_outbox/delivery/overview/")
-    results["admin overview"] = timed(lambda: overview_context(request), repeats)
+    results["admin overview"] = timed(
+        lambda: overview_context(request, can_view_hosts=True), repeats
+    )
     results["admin overview, no hour kept"] = timed(
-        lambda: (timeline.forget_ended_hours(), overview_context(request)), repeats
+        lambda: (timeline.forget_ended_hours(), overview_context(request, can_view_hosts=True)),
+        repeats,
     )
     with override_settings(OUTBOX_METRICS_TTL=0):
         results["metrics scrape (no cache)"] = timed(exposition, repeats)
     return results
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Fill, measure, save."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def arguments(
+    argv: Sequence[str] | None, doc: str | None, repeats: int, only: bool = False
+) -> argparse.Namespace:
+    """``--rows``, ``--repeats`` and ``--keep`` (and ``--only``), for a script whose
+    docstring is ``doc``."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=repeats)
     parser.add_argument("--keep", action="store_true", help="reuse the rows of a previous run")
-    options = parser.parse_args(argv)
+    if only:
+        parser.add_argument("--only", nargs="+", default=[], help="time only these parts")
+    return parser.parse_args(argv)
+
+
+def prepare(rows: int, keep: bool) -> dict[str, Any]:
+    """Start the servers, make and migrate :data:`DATABASE` and fill it with ``rows``
+    deliveries (unless ``keep``); the results so far (rows there, seconds filling)."""
     env = start_services()
     env = Env(_with_path(env.database_url, "/" + DATABASE), env.redis_url)
     import psycopg
@@ -169,16 +189,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
             conn.execute(f"CREATE DATABASE {DATABASE}")
     setup_django(env)
-    results: dict[str, Any] = {"rows": options.rows}
-    if not options.keep:
-        log(f"filling {options.rows:,} deliveries")
-        results["fill_s"] = round(fill(options.rows), 1)
+    results: dict[str, Any] = {"rows": rows}
+    if not keep:
+        log(f"filling {rows:,} deliveries")
+        results["fill_s"] = round(fill(rows), 1)
         log(f"filled in {results['fill_s']}s")
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM django_outbox_delivery")
         results["rows"] = cursor.fetchone()[0]
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Fill, measure, save."""
+    options = arguments(argv, __doc__, repeats=5)
+    results = prepare(options.rows, options.keep)
     results["timings"] = measure(options.repeats)
     results["at"] = time.strftime("%Y-%m-%d %H:%M:%S")
     results["load_average"] = round(os.getloadavg()[0], 2)

@@ -1,4 +1,4 @@
-"""The base of the package's admin pages: rows are shown, never edited by hand."""
+"""The bases of the package's admin pages and inlines: rows are shown, never edited by hand."""
 
 from __future__ import annotations
 
@@ -18,4 +18,17 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class ReadOnlyInline(admin.TabularInline):  # type: ignore[type-arg]
+    """A table of related rows, shown and never added, changed or deleted by hand."""
+
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

@@ -69,3 +69,8 @@ class UnknownEndpoint(InvalidSend):
 
 class InvalidBatch(InvalidSend):
     """A :class:`~django_outbox.Batch` option has a value that cannot be used."""
+
+
+class InvalidSince(OutboxError, ValueError):
+    """A "since" given to select deliveries is neither a duration (``90s``, ``30m``,
+    ``2h``, ``7d``) nor an ISO 8601 date."""

@@ -24,3 +24,9 @@ def configured_policy() -> BreakerPolicy | None:
         # Two knocks of the whole time budget, as a worker's lease allows for.
         answer_within=2 * conf.TOTAL_TIMEOUT + 10,
     )
+
+
+def breakers_shared() -> bool:
+    """Whether breakers are kept where every process sees them (Redis); if not, each
+    worker process keeps its own and no other process can list or reset them."""
+    return conf.BREAKER_CACHE is not None

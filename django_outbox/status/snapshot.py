@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Max, Min, QuerySet
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
@@ -23,6 +23,7 @@ from django_outbox.breakers import BreakerState, BreakerStoreUnavailable
 from django_outbox.breakers.configured import configured_store
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Lane
+from django_outbox.outcomes import AttemptResult
 from django_outbox.status.processes import ProcessStatus, process_statuses
 from django_outbox.status.timings import (
     HostTime,
@@ -40,6 +41,14 @@ SETTLE_SAMPLE = 5000
 REPORT_STALE = 60.0
 STATES = [state.value for state in DeliveryState]
 LANES = [lane.value for lane in Lane]
+#: Results of the attempt history's rows that are failed attempts: not a late success,
+#: not a 402 whose invoice was stored to be paid, and not a hold (no request was made).
+FAILED_RESULTS = (AttemptResult.RETRY.value, AttemptResult.REFUSED.value)
+
+
+def failed_attempts() -> QuerySet[Attempt]:
+    """The rows of the attempt history that are failed attempts (:data:`FAILED_RESULTS`)."""
+    return Attempt.objects.filter(held=False, result__in=FAILED_RESULTS)
 
 
 @dataclass(frozen=True)
@@ -210,7 +219,8 @@ def failing_hosts(now: datetime, limit: int = 10) -> tuple[int, int, list[Failin
     hour_ago = now - timedelta(hours=1)
     recent = {
         row["host"]: (row["n"], row["last"])
-        for row in Attempt.objects.filter(at__gte=hour_ago, held=False)
+        for row in failed_attempts()
+        .filter(at__gte=hour_ago)
         .order_by()
         .values("host")
         .annotate(n=Count("id"), last=Max("at"))
@@ -235,6 +245,13 @@ def failing_hosts(now: datetime, limit: int = 10) -> tuple[int, int, list[Failin
     failing = Host.objects.count()
     unavailable = Host.objects.filter(unavailable_since__isnull=False).count()
     return failing, unavailable, found[:limit]
+
+
+def failing_population(now: datetime) -> int:
+    """How many hosts :func:`failing_hosts` picks its worst from: those with failed
+    attempts in the last hour and those with a Host row (failing since a day)."""
+    recent = failed_attempts().filter(at__gte=now - timedelta(hours=1)).order_by().values("host")
+    return recent.union(Host.objects.order_by().values("name")).count()
 
 
 def take_snapshot() -> Snapshot:

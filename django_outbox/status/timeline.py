@@ -16,12 +16,14 @@ from django.db.models import Count
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from django_outbox.models import LIVE_STATES, Attempt, Delivery, Message
+from django_outbox.models import LIVE_STATES, Delivery, Message
+from django_outbox.status.snapshot import failed_attempts
 
 #: Newest live deliveries looked at to find the batches under way.
 LIVE_SAMPLE = 5000
 #: Seconds an hour that has ended keeps its counts in this process.
 HOURS_KEPT = 3600.0
+HOUR = timedelta(hours=1)
 
 _ended_hours: dict[datetime, tuple[Bucket, float]] = {}
 _lock = threading.Lock()
@@ -54,7 +56,7 @@ def timeline(span: timedelta, unit: str, now: datetime | None = None) -> list[Bu
     chart reads the current hour alone most of the time.
     """
     now = now or timezone.now()
-    step = timedelta(minutes=1) if unit == "minute" else timedelta(hours=1)
+    step = timedelta(minutes=1) if unit == "minute" else HOUR
     first = _floor(now - span + step, unit)
     starts: list[datetime] = []
     while first + step * len(starts) <= now:
@@ -70,14 +72,14 @@ def timeline(span: timedelta, unit: str, now: datetime | None = None) -> list[Bu
                     found[start] = kept[0]
         missing = [start for start in starts[:-1] if start not in found]
         if missing:
-            counted = _count(missing[0], live_from, unit)
+            counted = _buckets(_finished_each_hour(missing), _failed(missing[0], live_from, unit))
             with _lock:
                 for start in missing:
                     found[start] = counted.get(start) or Bucket(start, {}, 0)
                     _ended_hours[start] = (found[start], time.monotonic())
                 for old in [hour for hour in _ended_hours if hour < starts[0]]:
                     del _ended_hours[old]
-    found.update(_count(live_from, None, unit))
+    found.update(_buckets(_finished(live_from, unit), _failed(live_from, None, unit)))
     return [found.get(start) or Bucket(start, {}, 0) for start in starts]
 
 
@@ -87,30 +89,57 @@ def forget_ended_hours() -> None:
         _ended_hours.clear()
 
 
-def _count(since: datetime, until: datetime | None, unit: str) -> dict[datetime, Bucket]:
-    """Deliveries finished and attempts failed from ``since`` (to ``until``) per ``unit``."""
-    finished = Delivery.objects.filter(finished_at__gte=since)
-    failed = Attempt.objects.filter(at__gte=since, held=False)
-    if until is not None:
-        finished, failed = finished.filter(finished_at__lt=until), failed.filter(at__lt=until)
+def _finished(since: datetime, unit: str) -> dict[datetime, dict[str, int]]:
+    """Deliveries finished since ``since``, per ``unit`` and state."""
     counts: dict[datetime, dict[str, int]] = {}
     rows = (
-        finished.annotate(bucket=Trunc("finished_at", unit, tzinfo=UTC))
+        Delivery.objects.filter(finished_at__gte=since)
+        .annotate(bucket=Trunc("finished_at", unit, tzinfo=UTC))
         .order_by()
         .values_list("bucket", "state")
         .annotate(n=Count("*"))
     )
     for bucket, state, n in rows:
         counts.setdefault(bucket, {})[state] = n
-    failures: dict[datetime, int] = dict(
+    return counts
+
+
+def _finished_each_hour(hours: list[datetime]) -> dict[datetime, dict[str, int]]:
+    """Deliveries finished in each of ``hours`` (hours that ended), by state: one range
+    count an hour, which the ``(finished_at, state)`` index answers alone.  A day of a
+    busy server is a million rows, which this counts in less than half the time that
+    truncating every row's time to its hour takes on PostgreSQL (measured)."""
+    counts: dict[datetime, dict[str, int]] = {}
+    for start in hours:
+        rows = (
+            Delivery.objects.filter(finished_at__gte=start, finished_at__lt=start + HOUR)
+            .order_by()
+            .values_list("state")
+            .annotate(n=Count("*"))
+        )
+        counts[start] = dict(rows)
+    return counts
+
+
+def _failed(since: datetime, until: datetime | None, unit: str) -> dict[datetime, int]:
+    """Failed attempts from ``since`` (to ``until``) per ``unit``."""
+    failed = failed_attempts().filter(at__gte=since)
+    if until is not None:
+        failed = failed.filter(at__lt=until)
+    return dict(
         failed.annotate(bucket=Trunc("at", unit, tzinfo=UTC))
         .order_by()
         .values_list("bucket")
         .annotate(n=Count("*"))
     )
+
+
+def _buckets(
+    finished: dict[datetime, dict[str, int]], failures: dict[datetime, int]
+) -> dict[datetime, Bucket]:
     return {
-        start: Bucket(start, counts.get(start, {}), failures.get(start, 0))
-        for start in {*counts, *failures}
+        start: Bucket(start, finished.get(start, {}), failures.get(start, 0))
+        for start in {*finished, *failures}
     }
 
 

@@ -2,8 +2,8 @@
 
 Deliveries finished over the last 24 hours to forty hosts, a fan-out under way,
 a backlog that has been due for a few minutes, hosts that fail (one marked
-unavailable, one with an open breaker) with their attempt history, and recent
-attempt times in the metrics store.  Deterministic: the same rows every time.
+unavailable, one with an open breaker) with their attempt history (late successes
+too), and recent attempt times in the metrics store.  Deterministic: the same rows every time.
 """
 
 from __future__ import annotations
@@ -135,6 +135,14 @@ def _failing_hosts(now: datetime, rng: random.Random) -> None:
                 wait=None if dead else 30.0,
             )
         )
+        if not dead:  # then it succeeded: a late success, which is no failed attempt
+            history.append(
+                Attempt(
+                    delivery=delivery, number=6, host=delivery.host, result="delivered",
+                    at=now - timedelta(minutes=rng.uniform(0, 30)), duration=0.08, status=202,
+                    scheme="draft-cavage",
+                )
+            )  # fmt: skip
     Attempt.objects.bulk_create(history)
     policy = BreakerPolicy(threshold=3, cool_off=600)
     store = configured_store()

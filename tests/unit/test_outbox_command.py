@@ -169,3 +169,18 @@ def test_hosts_list_and_reset(monkeypatch: pytest.MonkeyPatch) -> None:
         run("hosts", "reset", "--all")
     run("hosts", "reset", "--all", "--yes")
     assert not Host.objects.exists()
+
+
+@pytest.mark.parametrize("action", ["requeue", "give-up"])
+def test_a_bad_since_on_the_command_line_is_a_clean_error(
+    action: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from django.core.management import ManagementUtility
+
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility(["manage.py", "outbox", action, "--since", "1x"]).execute()
+    assert exited.value.code == 1
+    err = capsys.readouterr().err  # the system checks' warnings of the test settings first
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last == "CommandError: --since '1x': give a duration (90s, 30m, 2h, 7d) or a date"

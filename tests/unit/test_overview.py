@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection
+from django.db.models.functions import Now
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -14,7 +18,7 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.charts import bar_chart, nice_ceiling
-from django_outbox.models import Attempt, DeliveryState
+from django_outbox.models import Attempt, DeliveryState, Heartbeat, Host
 from django_outbox.status.timeline import batches_in_progress, forget_ended_hours, timeline
 from tests.unit.observability_helpers import deliveries, memory_only, shared_breakers
 
@@ -40,9 +44,10 @@ def some_rows() -> None:
 
 
 def test_the_overview_shows_what_is_behind_and_what_fails(
-    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
     some_rows()
+    settings.OUTBOX_BREAKER_CACHE = "default"  # as if shared: the store below stands for it
     shared_breakers(monkeypatch).record(
         "host:dead.example", BreakerPolicy(1),
         failed=True, admission=None,
@@ -50,13 +55,58 @@ def test_the_overview_shows_what_is_behind_and_what_fails(
     page = admin_client.get(reverse("admin:django_outbox_overview"))
     assert page.status_code == 200
     html = page.content.decode()
-    assert '<span class="big" id="queued">4</span>' in html
+    assert 'id="queued">4</a> queued' in html
+    assert '<span class="big" id="due">4</span>' in html
+    assert '<span class="big" id="oldest-due">2m 00s</span>' in html
     assert '<span class="big" id="open-breakers">1</span>' in html
+    assert '<span class="big" id="failing-hosts">1</span>' in html
     assert "host:dead.example" in html
+    assert "/admin/django_outbox/host/destination/dead.example/" in html
     assert "/admin/django_outbox/delivery/?host=dead.example" in html
+    assert "n = 5 latest finished" in html
     assert html.count("<svg") >= 4
     assert "delivered (5)" in html  # the last hour's legend
     assert "refused or failed (2)" in html  # the day's
+
+
+def test_no_worker_beating_is_an_alert_card(admin_client: Client) -> None:
+    some_rows()
+    url = reverse("admin:django_outbox_overview")
+    html = admin_client.get(url).content.decode()
+    assert 'id="outbox-no-workers" role="alert"' in html
+    assert "No worker process is beating" in html
+    assert "4 due deliveries wait" in html
+    Heartbeat.objects.create(name="w1:1:x", beat_at=Now())
+    Heartbeat.objects.create(name="w2:1:x", beat_at=timezone.now() - timedelta(minutes=5))
+    html = admin_client.get(url).content.decode()
+    assert "No worker process is beating" not in html
+    assert '<span class="big" id="workers">1</span>' in html
+
+
+def test_the_failing_hosts_card_counts_what_its_table_is_the_worst_of(
+    admin_client: Client,
+) -> None:
+    now = timezone.now()
+    for n in range(12):
+        (row,) = deliveries(1, host=f"h{n}.example", state=DeliveryState.QUEUED)
+        Attempt.objects.create(
+            delivery=row, number=1, host=row.host, at=now, status=503, result="retry"
+        )
+    Host.objects.create(name="old.example", last_failure_day=now.date())
+    html = admin_client.get(reverse("admin:django_outbox_overview")).content.decode()
+    assert '<span class="big" id="failing-hosts">13</span>' in html
+    assert "Most failing hosts (10 of 13)" in html
+    assert "1 for a day or more" in html
+
+
+def test_times_are_local_with_seconds(admin_client: Client, settings: Any) -> None:
+    settings.TIME_ZONE = "Asia/Kolkata"  # UTC+05:30: the hours' labels end in :30
+    some_rows()
+    html = admin_client.get(reverse("admin:django_outbox_overview")).content.decode()
+    assert "per hour (Asia/Kolkata)" in html
+    assert re.search(r">\d\d:30</text>", html)
+    local = timezone.localtime(timezone.now(), ZoneInfo("Asia/Kolkata"))
+    assert f"Read at {local:%Y-%m-%d %H:}" in html
 
 
 def test_the_overview_costs_a_fixed_number_of_queries(admin_client: Client) -> None:

@@ -14,39 +14,23 @@ is given.  Exit status: 0 done (or nothing to do), 1 bad input, 2 bad usage.
 from __future__ import annotations
 
 import json
-import re
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
-from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, Host
-from django_outbox.operations import give_up, requeue
+from django_outbox import bulk
+from django_outbox.exceptions import InvalidSince
+from django_outbox.models import Delivery, Host
 from django_outbox.status.hosts import HostReport, host_report, reset_hosts
 from django_outbox.status.snapshot import take_snapshot
 from django_outbox.status.text import clock, render_host, render_snapshot, table
 
-#: Ids requeued or given up per transaction.
-CHUNK = 5000
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_FINAL = [state.value for state in FINAL_STATES]
-_LIVE = [state.value for state in LIVE_STATES]
-
-
-def parse_since(value: str) -> datetime:
-    """``90s``, ``30m``, ``2h``, ``7d`` ago, or an ISO 8601 date and time."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", value.strip())
-    if match:
-        return timezone.now() - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
-    moment = parse_datetime(value)
-    if moment is None:
-        raise CommandError(f"--since {value!r}: give a duration (90s, 30m, 2h, 7d) or a date")
-    return moment if timezone.is_aware(moment) else timezone.make_aware(moment)
+_FINAL = list(bulk.FINAL)
+_LIVE = list(bulk.LIVE)
 
 
 class Command(BaseCommand):
@@ -76,9 +60,10 @@ class Command(BaseCommand):
             act.add_argument("--state", nargs="+", choices=states, default=default)
             act.add_argument("--host", help="deliveries to this host")
             act.add_argument("--tag", help="deliveries of messages with this batch tag")
+            # Read in handle(), not by argparse: a CommandError raised while parsing the
+            # command line is not caught by Django, and prints a traceback.
             act.add_argument(
                 "--since",
-                type=parse_since,
                 help="finished (requeue) or created (give-up) since: 30m, 2h, 7d or a date",
             )
             act.add_argument("--yes", action="store_true", help="act; without it, only count")
@@ -132,25 +117,26 @@ class Command(BaseCommand):
             pass
 
     def change(self, action: str, options: dict[str, Any]) -> None:
-        selected = selection(action, options)
-        ids = list(selected.values_list("id", flat=True))
+        try:
+            selected = selection(action, options)
+            matched = selected.count()
+        except InvalidSince as error:
+            raise CommandError(f"--since {error}") from error
         changed = 0
         if options["yes"]:
-            for start in range(0, len(ids), CHUNK):
-                chunk = ids[start : start + CHUNK]
-                if action == "requeue":
-                    changed += requeue(chunk)
-                else:
-                    changed += give_up(chunk, options["reason"])
+            if action == "requeue":
+                changed = bulk.requeue(selected, options["state"])
+            else:
+                changed = bulk.give_up(selected, options["reason"], options["state"])
         if options["json"]:
-            result = {"action": action, "matched": len(ids), "changed": changed}
+            result = {"action": action, "matched": matched, "changed": changed}
             self.stdout.write(json.dumps({**result, "dry_run": not options["yes"]}))
         elif options["yes"]:
             done = "requeued" if action == "requeue" else "gave up on"
-            self.stdout.write(f"{done} {changed:,} of {len(ids):,} deliveries selected")
+            self.stdout.write(f"{done} {changed:,} of {matched:,} deliveries selected")
         else:
             verb = "requeue" if action == "requeue" else "give up on"
-            self.stdout.write(f"would {verb} {len(ids):,} deliveries; run again with --yes to act")
+            self.stdout.write(f"would {verb} {matched:,} deliveries; run again with --yes to act")
             for row in selected.order_by("-id")[:5]:
                 self.stdout.write(f"  #{row.pk} {row.inbox} {row.state} {row.last_error[:60]}")
 
@@ -201,7 +187,7 @@ def selection(action: str, options: dict[str, Any]) -> QuerySet[Delivery]:
         selected = selected.filter(message__tag=options["tag"])
     if options["since"]:
         moment = "finished_at__gte" if action == "requeue" else "created_at__gte"
-        selected = selected.filter(**{moment: options["since"]})
+        selected = selected.filter(**{moment: bulk.parse_since(options["since"])})
     return selected
 
 

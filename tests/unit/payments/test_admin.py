@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -10,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.models import Delivery, DeliveryState, PaymentAttempt
+from django_outbox.models import Delivery, DeliveryState, PaymentAttempt, PaymentBudget
 from testproject.demo.keys import ACTOR
 
 pytestmark = pytest.mark.django_db
@@ -60,7 +61,7 @@ def test_the_list_shows_every_payment_and_totals_but_no_secret(
     assert "a.example" in text and "b.example" in text
     assert "node says no_route" in text
     assert "Paid per day" in text and "Paid per host" in text
-    assert ">10000<" in text
+    assert ">10,000 msat<" in text
     assert MACAROON not in text and PREIMAGE not in text
     for query in ("?state__exact=failed", "?host=a.example"):
         filtered = admin_client.get(
@@ -84,11 +85,36 @@ def test_the_detail_page_shows_prefixes_only(
 def test_a_failed_payment_is_retried_by_requeueing_its_delivery(
     admin_client: Client, rows: list[PaymentAttempt]
 ) -> None:
-    response = admin_client.post(
-        reverse("admin:django_outbox_paymentattempt_changelist"),
-        {"action": "retry", "_selected_action": [row.pk for row in rows]},
-    )
+    url = reverse("admin:django_outbox_paymentattempt_changelist")
+    chosen = {"action": "retry", "index": "0", "_selected_action": [row.pk for row in rows]}
+    confirmation = admin_client.post(url, chosen)
+    assert confirmation.status_code == 200
+    assert b"Requeue 1 of 1 selected deliveries?" in confirmation.content
+    assert Delivery.objects.get(pk=rows[1].delivery_id).state == DeliveryState.REFUSED
+    response = admin_client.post(url, {**chosen, "confirmed": "yes"})
     assert response.status_code == 302
     failed_delivery = Delivery.objects.get(pk=rows[1].delivery_id)
     assert failed_delivery.state == DeliveryState.QUEUED
     assert failed_delivery.attempts == 0
+
+
+def test_a_deliverys_page_lists_its_payments_and_the_list_shows_todays_budgets(
+    admin_client: Client, rows: list[PaymentAttempt], settings: Any
+) -> None:
+    settings.OUTBOX_PAYMENTS = {"CLIENT": "x.Client", "DAILY_BUDGET_MSAT": 100_000}
+    PaymentBudget.objects.create(sender=ACTOR, day=timezone.now().date(), spent_msat=20_007)
+    paid = rows[0]
+    page = admin_client.get(reverse("admin:django_outbox_delivery_change", args=[paid.delivery_id]))
+    html = page.content.decode()
+    assert "Payments (402 answers paid for)" in html
+    assert reverse("admin:django_outbox_paymentattempt_change", args=[paid.pk]) in html
+    assert "10,000 msat" in html
+    outbox.send(ACTOR, {"type": "Create"}, ["https://c.example/inbox"])
+    unpaid = Delivery.objects.get(host="c.example")
+    other = admin_client.get(reverse("admin:django_outbox_delivery_change", args=[unpaid.pk]))
+    assert b"402 answers paid for" not in other.content
+    listing = admin_client.get(
+        reverse("admin:django_outbox_paymentattempt_changelist") + f"?delivery={paid.delivery_id}"
+    ).content.decode()
+    assert f"delivery #{paid.delivery_id}" in listing  # the filter shows what is chosen
+    assert "20,007 msat (20.0%)" in listing and "79,993 msat" in listing
