@@ -9,12 +9,14 @@ Lightning), so payments flow through real invoices, macaroons and preimages.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 
 import pytest
 from django.test import override_settings
 
 from django_outbox.payments import claims, paying
+from django_outbox.worker import process as worker_process
 from testproject.lightning.cln import FakeClnServer
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.l402_inbox import L402InboxServer
@@ -25,9 +27,12 @@ from tests.unit.payments.rounds import payments, serve
 
 @pytest.fixture(autouse=True)
 def _fresh_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test is a process of its own: no host met a 402 in it, no queue counted."""
+    """Each test is a process of its own: no host met a 402 in it, no queue counted, no
+    message kept (SQLite gives a rolled-back test's ids to the next test's rows)."""
     monkeypatch.setattr(paying, "_challenged", {})
     monkeypatch.setattr(claims, "_counted", {})
+    if worker_process._process is not None:
+        monkeypatch.setattr(worker_process._process, "_messages", OrderedDict())
 
 
 class Clock:
