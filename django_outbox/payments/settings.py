@@ -32,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_LIFETIME": 24 * 3600.0,
     "MAX_PAYMENTS_PER_DELIVERY": 3,
     "HOLD_WHILE_PAYING": 1.0,
+    "CLIENT_THREADS": 8,
 }
 #: Settings that must be positive numbers.
 POSITIVE = (
@@ -42,6 +43,7 @@ POSITIVE = (
     "TOKEN_LIFETIME",
     "MAX_PAYMENTS_PER_DELIVERY",
     "HOLD_WHILE_PAYING",
+    "CLIENT_THREADS",
 )
 #: The most each number may be: amounts within :data:`MAX_MSAT`, times within what a
 #: date can carry them to, counts within reason.
@@ -55,6 +57,7 @@ LIMITS: dict[str, float] = {
     "TOKEN_LIFETIME": 366 * 86400.0,
     "MAX_PAYMENTS_PER_DELIVERY": 100,
     "HOLD_WHILE_PAYING": 60.0,
+    "CLIENT_THREADS": 256,
 }
 
 
@@ -79,6 +82,7 @@ class PaymentSettings:
     token_lifetime: float = DEFAULTS["TOKEN_LIFETIME"]
     max_payments_per_delivery: int = DEFAULTS["MAX_PAYMENTS_PER_DELIVERY"]
     hold_while_paying: float = DEFAULTS["HOLD_WHILE_PAYING"]
+    client_threads: int = DEFAULTS["CLIENT_THREADS"]
 
 
 def problems(value: Any) -> list[tuple[str, str]]:
