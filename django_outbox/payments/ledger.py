@@ -45,7 +45,7 @@ from django_outbox.payments.reports import (
     Change,
     Settlement,
 )
-from django_outbox.payments.settings import PaymentSettings
+from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
 from django_outbox.store.queries import queued_per_host
 
 
@@ -166,7 +166,8 @@ def _settle(settlement: Settlement, signals: PaymentSignals) -> None:
         ).first()
         if attempt is None:
             return
-        fee = settlement.fee_msat
+        # The node's word, bounded to what a payment can cost (and the columns hold).
+        fee = min(max(0, settlement.fee_msat), MAX_MSAT)
         rows.filter(state=attempt.state).update(
             state=PaymentState.PAID,
             preimage=settlement.preimage,

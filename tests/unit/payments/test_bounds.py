@@ -29,9 +29,9 @@ from django_outbox.payments.invoices import (
     DecodedInvoice,
     check_invoice,
 )
-from django_outbox.payments.ledger import record_payments
+from django_outbox.payments.ledger import record_payments, settle
 from django_outbox.payments.paying import Exchange, PaymentJob, challenge_of
-from django_outbox.payments.reports import Challenge, PaymentReport
+from django_outbox.payments.reports import Challenge, Change, PaymentReport, Settlement
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings, problems
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.transitions import claim
@@ -136,6 +136,16 @@ def test_settings_past_what_the_ledger_can_store_are_refused(key: str, value: fl
     found = problems({"CLIENT": "x.Y", key: value})
     assert [name for name, _ in found] == [key]
     assert "must be at most" in found[0][1]
+
+
+@pytest.mark.django_db
+def test_a_fee_no_payment_can_cost_is_stored_bounded(two_orphans: list[PaymentAttempt]) -> None:
+    """The node is ours, but what it answers is stored: it cannot overflow a column."""
+    pending = two_orphans[1]
+    settle([Settlement(pending.pk, Change.PAID, preimage="00" * 32, fee_msat=10**30)])
+    pending.refresh_from_db()
+    assert (pending.state, pending.fee_msat) == ("paid", MAX_MSAT)
+    assert pending.reserved_msat == pending.amount_msat + MAX_MSAT
 
 
 # -- properties -------------------------------------------------------------------

@@ -13,17 +13,14 @@ import pytest
 from django.test import override_settings
 from pytest_django import DjangoAssertNumQueries
 
-from django_outbox import outbox, recovery
-from django_outbox.conf import conf
+from django_outbox import recovery
 from django_outbox.dispatch import use_publisher
-from django_outbox.models import Delivery, PaymentAttempt
+from django_outbox.models import PaymentAttempt
 from django_outbox.payments import recovery as payments_recovery
 from django_outbox.payments.lookups import spent_today
-from django_outbox.payments.paying import payment_client
 from django_outbox.payments.recovery import BUDGET, resolve_orphans_now
 from testproject.demo.keys import ACTOR
-from testproject.lightning.issuer import InvoiceIssuer
-from testproject.lightning.l402_inbox import L402Gate, L402InboxServer
+from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
 from tests.support.broker import MemoryBroker
@@ -36,27 +33,6 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_caches")]
 def _nothing_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """No lookup of an earlier test is waiting to be read."""
     monkeypatch.setattr(payments_recovery, "_asked", {})
-
-
-@pytest.fixture
-def two_orphans(
-    configured: None, inbox: L402InboxServer, issuer: InvoiceIssuer
-) -> list[PaymentAttempt]:
-    """Two pending attempts of two hosts (one paid at the node meanwhile) whose
-    deliveries were given up."""
-    other = L402InboxServer(L402Gate(issuer, price_msat=PRICE), "127.0.0.5").start()
-    try:
-        ids = send(inbox.url(), other.url())
-        round_of(ids)
-    finally:
-        other.stop()
-    attempts = list(PaymentAttempt.objects.order_by("id"))
-    assert [a.state for a in attempts] == ["pending", "pending"]
-    assert conf.PAYMENTS is not None
-    paid = attempts[0]
-    payment_client(conf.PAYMENTS).pay(paid.invoice, paid.pay_amount_msat, 100)
-    outbox.give_up(Delivery.objects.filter(id__in=ids))
-    return attempts
 
 
 def test_without_payments_the_step_asks_nothing(
