@@ -8,6 +8,8 @@ chaos tests' private broker; no beat runs.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from django_outbox import outbox
@@ -37,8 +39,10 @@ def test_a_hostile_invoice_beside_healthy_hosts_refuses_only_its_delivery(
     with Farm(hosts=50) as farm, InboxServer(behaviour=charges) as server:
         healthy = farm.inboxes(300)
         charging = [server.url(f"/users/{n}/inbox") for n in range(6)]
+        sent = time.monotonic()
         outbox.send(ACTOR, NOTE, healthy + charging)
         wait_until(lambda: everything_settled(306), 60)
+        seconds = round(time.monotonic() - sent, 1)
         tally = farm.tally(healthy)
         asked = len(server.requests())
     assert states(_ids(healthy)) == [DeliveryState.DELIVERED] * 300
@@ -50,7 +54,7 @@ def test_a_hostile_invoice_beside_healthy_hosts_refuses_only_its_delivery(
     assert not PaymentAttempt.objects.exists()
     assert lightning.node.attempts == []
     assert asked == 6  # one request each: a refusal is final
-    report("hostile invoice", healthy=len(healthy), refused=refused.count(), requests=asked)
+    report("hostile invoice", healthy=len(healthy), refused=refused.count(), seconds=seconds)
 
 
 def test_an_invoice_served_again_is_paid_again_after_a_failure_and_refused_once_paid(
@@ -90,9 +94,10 @@ def test_a_slow_node_delays_only_payments(start: Start, lightning: Lightning) ->
         lightning.lnd.delay = SLOW_NODE
         paid = send(*(server.url("/inbox") for server in paid_farm.servers))
         wait_until(lambda: lightning.lnd.in_flight >= 6, 60)  # the payments are at the node
-        answered = len(lightning.lnd.calls)
+        answered, sent = len(lightning.lnd.calls), time.monotonic()
         free = send(*farm.inboxes(40))
         wait_until(lambda: settled(free), 4 * SLOW_NODE)
+        seconds = round(time.monotonic() - sent, 1)
         answered_meanwhile = len(lightning.lnd.calls) - answered
         at_the_node = lightning.lnd.in_flight
         lightning.lnd.delay = 0.0
@@ -104,7 +109,7 @@ def test_a_slow_node_delays_only_payments(start: Start, lightning: Lightning) ->
     assert answered_meanwhile == 0, "a free delivery waited for the node"
     assert states(paid) == [DeliveryState.DELIVERED] * 8
     assert len(lightning.node.payments()) == 8
-    report("slow node", free=len(free), node_calls_in_flight=at_the_node)
+    report("slow node", free=len(free), free_seconds=seconds, node_calls_in_flight=at_the_node)
 
 
 def _ids(inboxes: list[str]) -> list[int]:
