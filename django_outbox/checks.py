@@ -11,7 +11,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django_outbox import columns
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
-from django_outbox.payments.paying import payment_client
+from django_outbox.payments.paying import payment_client, payment_seconds
 from django_outbox.payments.settings import DEFAULTS, problems
 from django_outbox.signing.http import Scheme
 from django_outbox.transport.addresses import parse_networks
@@ -228,7 +228,8 @@ def _check_id(key: str) -> str:
 
 def _check_payments() -> list[CheckMessage]:
     """``OUTBOX_PAYMENTS``: its shape (E010), network (E011), numbers (E012), a client
-    that can be made (E013), and the ``payments`` extra installed (E014)."""
+    that can be made (E013), the ``payments`` extra installed (E014), and a lease long
+    enough for a payment (E017)."""
     value = getattr(settings, "OUTBOX_PAYMENTS", None)
     found = problems(value)
     errors: list[CheckMessage] = [Error(message, id=_check_id(key)) for key, message in found]
@@ -245,12 +246,25 @@ def _check_payments() -> list[CheckMessage]:
             )
         )
     try:
-        payment_client(configured)
+        client = payment_client(configured)
     except Exception as error:  # whatever the client's constructor raises is the finding
         errors.append(
             Error(
                 f"OUTBOX_PAYMENTS['CLIENT'] cannot be made: {type(error).__name__}: {error}",
                 id="django_outbox.E013",
+            )
+        )
+        return errors
+    needed = payment_seconds(client)
+    if needed > conf.LEASE_SECONDS:
+        errors.append(
+            Error(
+                f"OUTBOX_LEASE_SECONDS ({conf.LEASE_SECONDS:g} s) cannot cover a payment and "
+                f"its request ({needed:g} s: three calls of the payment client's timeout, "
+                "two of OUTBOX_TOTAL_TIMEOUT and 10 s).",
+                hint="Raise OUTBOX_LEASE_SECONDS or lower the client's timeout: no payment "
+                "would ever start.",
+                id="django_outbox.E017",
             )
         )
     return errors

@@ -18,6 +18,9 @@ nothing but the sweeper's housekeeping:
   published again (:mod:`django_outbox.lost`);
 - due deliveries without a message (parked retries, a broker that was down)
   are published, as the sweeper does;
+- pending payments of finished deliveries are resolved by asking the node
+  (:func:`~django_outbox.payments.recovery.resolve_orphans_now`, within a budget),
+  so that their hosts are not held until the next sweep;
 - ``delivery_failed`` signals a dying process never sent are sent.
 
 Every step is conditional (a row moved meanwhile is left alone) and a message
@@ -43,6 +46,7 @@ from django_outbox.lost import LaneWatch, take_lost
 from django_outbox.models import Lane
 from django_outbox.operations import take_back
 from django_outbox.passes import Steps, run_steps
+from django_outbox.payments.recovery import resolve_orphans_now
 from django_outbox.store import reclaim
 from django_outbox.store.queries import STEP
 from django_outbox.sweeper import dispatch_due, reclaim_lapsed, resend_signals
@@ -109,6 +113,7 @@ def recover(*, judge_owners: bool, part: Steps | None = None) -> dict[str, int]:
     if judge_owners:
         steps = {"reclaimed": reclaim_dead, "lapsed": reclaim_lapsed, **steps}
     steps["signals"] = resend_signals
+    steps["payments"] = resolve_orphans_now
     counts = run_steps(steps, "recovery", part)
     if any(counts.values()):
         logger.info("recovery: %s", counts)

@@ -5,7 +5,9 @@ delivery gets its open attempt and its host's kept token (one query), and a deli
 whose host another delivery is paying, with no token to present, is held instead of
 sent (the worker parks it in the database until its hold ends): on a host that sells
 tokens it will use the one being bought, and on any host the payments go one after
-another (a unique constraint allows one pending attempt per host).
+another (a unique constraint allows one pending attempt per host).  Each job knows
+when its delivery's lease ends, so that a payment starts only while the lease can
+cover it (:func:`~django_outbox.payments.paying.payment_seconds`).
 """
 
 from __future__ import annotations
@@ -32,10 +34,15 @@ _counted: dict[str, tuple[int, float]] = {}
 def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
     """What each claimed delivery may pay and present, and those to hold for a while
     (with no token for their host, which another delivery is paying, or where one of
-    this process met a 402 a moment ago); nothing when payments are off."""
+    this process met a 402 a moment ago); nothing when payments are off.
+
+    Called as the claim returns: its lease is taken to end ``OUTBOX_LEASE_SECONDS``
+    from now (the claim committed a moment ago, well within the margin kept for
+    saving the outcome)."""
     settings = conf.PAYMENTS
     if settings is None:
         return {}, {}
+    lease_ends = time.monotonic() + conf.LEASE_SECONDS
     client = payment_client(settings)
     found = claim_lookup([row.id for row in claimed], (row.host for row in claimed))
     attempts, tokens, paying = found.attempts, found.tokens, found.paying
@@ -56,6 +63,7 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
         row.id: PaymentJob(
             settings,
             client,
+            lease_ends,
             attempts.get(row.id),
             tokens.get(row.host),
             paying=paying.get(row.host, row.id) != row.id,

@@ -37,6 +37,10 @@ class Reason(StrEnum):
     WRONG_NETWORK = "wrong_network"
     OVER_PRICE = "over_price"
     HASH_MISMATCH = "hash_mismatch"
+    INVOICE_FROM_THE_FUTURE = "invoice_from_the_future"
+    EXPIRY_TOO_LONG = "expiry_too_long"
+    AMOUNT_OUT_OF_RANGE = "amount_out_of_range"
+    INVOICE_ALREADY_PAID = "invoice_already_paid"
 
 
 class PaymentError(OutboxError):
@@ -60,8 +64,10 @@ class ChallengeRefused(PaymentRefused):
 
 
 class InvoiceRefused(PaymentRefused):
-    """The invoice is undecodable, expired, for another network, too dear, or not the
-    one the macaroon names."""
+    """The invoice is undecodable, expired, for another network, too dear, not the
+    one the macaroon names, holds a value no node would write (a creation time in the
+    future, an expiry past any horizon, an amount past every bitcoin), or was paid
+    already."""
 
 
 class InvalidCredentials(PaymentError, ValueError):

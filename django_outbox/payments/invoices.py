@@ -29,7 +29,7 @@ from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.payments.challenge import MAX_INVOICE_CHARS, L402Challenge
 from django_outbox.payments.errors import ChallengeRefused, InvoiceRefused, Reason
 from django_outbox.payments.macaroons import decode_macaroon, l402_identifier
-from django_outbox.payments.settings import NETWORKS
+from django_outbox.payments.settings import MAX_MSAT, NETWORKS
 
 #: Seconds before its expiry at which an invoice is no longer paid (Bison Relay: 15 s).
 EXPIRY_AFFORDANCE = 15.0
@@ -37,6 +37,12 @@ EXPIRY_AFFORDANCE = 15.0
 RATE_MSAT_PER_BYTE = 100
 #: Default smallest payment for an amountless invoice (Bison Relay: 1,000 msat).
 MINIMUM_MSAT = 1000
+#: Longest expiry paid, in seconds: a year (LND makes invoices for a day by default, Core
+#: Lightning for a week), past which no date the ledger stores is in doubt.
+MAX_EXPIRY = 365 * 86400
+#: Seconds an invoice's creation time may be ahead of this clock (the payee's runs fast).
+MAX_CLOCK_SKEW = 3600
+_HASH_HEX = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,36 @@ def push_amount(
     return max(minimum_msat, size * rate_msat_per_byte)
 
 
+def check_bounds(decoded: DecodedInvoice, now: float) -> None:
+    """Refuse (:class:`InvoiceRefused`) an invoice holding a value no node would write,
+    before anything is computed, stored or turned into a date from it.
+
+    Its payment hash must be 32 bytes of hex; its creation time at most
+    :data:`MAX_CLOCK_SKEW` ahead of ``now`` (``invoice_from_the_future``); its expiry at
+    most :data:`MAX_EXPIRY` (``expiry_too_long``); its amount, if any, from 1 msat to
+    every bitcoin there will be (``amount_out_of_range``).  So an invoice that passes
+    expires within a year and an hour of ``now``, and its amount fits the ledger's columns.
+    """
+    if len(decoded.payment_hash) != 64 or not _HASH_HEX.issuperset(decoded.payment_hash):
+        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "the payment hash is not 32 bytes")
+    if decoded.created_at < 0 or decoded.expiry < 0:
+        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "a negative time")
+    if decoded.created_at > now + MAX_CLOCK_SKEW:
+        raise InvoiceRefused(
+            Reason.INVOICE_FROM_THE_FUTURE,
+            f"created at {decoded.created_at}, now {int(now)} with {MAX_CLOCK_SKEW} s of skew",
+        )
+    if decoded.expiry > MAX_EXPIRY:
+        raise InvoiceRefused(
+            Reason.EXPIRY_TOO_LONG, f"expires after {decoded.expiry} s > {MAX_EXPIRY} s"
+        )
+    amount = decoded.amount_msat
+    if amount is not None and not 0 < amount <= MAX_MSAT:
+        raise InvoiceRefused(
+            Reason.AMOUNT_OUT_OF_RANGE, f"{amount} msat is not between 1 and {MAX_MSAT}"
+        )
+
+
 def check_invoice(
     invoice: str | DecodedInvoice,
     *,
@@ -163,11 +199,14 @@ def check_invoice(
     """Decide whether to pay ``invoice`` for a ``size``-byte message, and how much.
 
     Refuses (:class:`InvoiceRefused`, ``reason`` saying which) an invoice that cannot be
-    decoded, is for another ``network``, expires within ``affordance`` seconds, costs
-    more than ``max_price_msat`` (an amountless one is priced by :func:`push_amount`
-    first), or whose payment hash is not ``payment_hash`` (hex) when given.
+    decoded, holds a value out of bounds (:func:`check_bounds`), is for another
+    ``network``, expires within ``affordance`` seconds, costs more than
+    ``max_price_msat`` (an amountless one is priced by :func:`push_amount` first), or
+    whose payment hash is not ``payment_hash`` (hex) when given.
     """
     decoded = invoice if isinstance(invoice, DecodedInvoice) else decode_invoice(invoice)
+    clock = time.time() if now is None else now
+    check_bounds(decoded, clock)
     check_network(network)
     if decoded.network != network:
         raise InvoiceRefused(
@@ -178,7 +217,6 @@ def check_invoice(
             Reason.HASH_MISMATCH,
             f"invoice hash {decoded.payment_hash[:16]} is not {payment_hash[:16]}",
         )
-    clock = time.time() if now is None else now
     if decoded.is_expired(clock, affordance):
         raise InvoiceRefused(
             Reason.INVOICE_EXPIRED,

@@ -3,9 +3,10 @@
 ::
 
        402, checked ──► pending ──► paid ──► used (token kept for the host) ──► retired
-       (budget reserved,  │          │
-        committed before  │          └──► failed (the destination refused the paid token)
-        anything is paid) └──► failed (the node says nothing was paid; budget given back)
+       (budget reserved,  │   ▲      │
+        committed before  │   │      └──► failed (the destination refused the paid token)
+        anything is paid) ▼   │ its invoice served again: reopened, reserved again
+                        failed (the node says nothing was paid; budget given back)
 
 The recorder calls :func:`record_payments` with each batch of outcomes, in a
 transaction of its own that commits before the deliveries' new states: a payment
@@ -13,7 +14,10 @@ is a fact about money and is kept even when the delivery's claim was lost.  What
 claim reads of them is in :mod:`~django_outbox.payments.lookups`.  The budget of a
 sender's day is one row raised by a conditional ``UPDATE``, so every worker sees one
 total and none can overspend it.  A 402 met while another delivery bought the host a
-token is held for that token rather than paid again.
+token is held for that token rather than paid again.  An invoice served again (its
+payment hash is unique) is paid again only if it failed unpaid; one paid already is
+refused (``invoice_already_paid``), one being paid is waited for.  A unique constraint
+that refuses a write is never taken at its word: what is stored is read, and decides.
 """
 
 from __future__ import annotations
@@ -27,25 +31,21 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from django_outbox.models import Delivery
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.claims import hold_for
+from django_outbox.payments.errors import Reason
 from django_outbox.payments.lookups import bought_meanwhile, day_of, paying_hosts, spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
+from django_outbox.payments.notices import PaymentSignals
 from django_outbox.payments.reports import (
     BOUGHT_MEANWHILE,
     PAYING_ELSEWHERE,
+    STORED_MEANWHILE,
     Challenge,
     Change,
     Settlement,
 )
-from django_outbox.payments.settings import PaymentSettings
-from django_outbox.signals import (
-    payment_budget_exceeded,
-    payment_failed,
-    payment_made,
-    send_logged,
-)
+from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
 from django_outbox.store.queries import queued_per_host
 
 
@@ -55,7 +55,7 @@ def _at(seconds: float) -> datetime:
 
 def settle(settlements: Iterable[Settlement]) -> None:
     """Apply ``settlements`` found outside a delivery's attempt (the sweeper's lookups)."""
-    signals = _Signals()
+    signals = PaymentSignals()
     with transaction.atomic():
         for settlement in settlements:
             _settle(settlement, signals)
@@ -97,45 +97,6 @@ def _release(sender: str, day: date, amount: int) -> None:
 # ----------------------------------------------------------------- outcomes ---
 
 
-class _Signals:
-    """Signals of one batch, sent once it is committed."""
-
-    def __init__(self) -> None:
-        self.made: list[int] = []  # attempt ids
-        self.failed: list[tuple[int, str]] = []  # attempt id, reason
-        self.over_budget: list[dict[str, Any]] = []
-
-    def send(self) -> None:
-        if self.made and payment_made.has_listeners(Delivery):
-            for attempt in _attempts(self.made):
-                send_logged(payment_made, Delivery, **_payment_args(attempt))
-        if self.failed and payment_failed.has_listeners(Delivery):
-            reasons = dict(self.failed)
-            for attempt in _attempts(reasons):
-                args = {**_payment_args(attempt), "reason": reasons[attempt.pk]}
-                send_logged(payment_failed, Delivery, **args, paid=attempt.paid_at is not None)
-        if self.over_budget and payment_budget_exceeded.has_listeners(Delivery):
-            rows = Delivery.objects.in_bulk([n["delivery"] for n in self.over_budget])
-            for note in self.over_budget:
-                note["delivery"] = rows.get(note["delivery"])
-                send_logged(payment_budget_exceeded, Delivery, **note)
-
-
-def _attempts(ids: Iterable[int]) -> list[PaymentAttempt]:
-    return list(PaymentAttempt.objects.filter(id__in=list(ids)).select_related("delivery"))
-
-
-def _payment_args(attempt: PaymentAttempt) -> dict[str, Any]:
-    return {
-        "delivery": attempt.delivery,
-        "amount_msat": attempt.amount_msat,
-        "fee_msat": attempt.fee_msat,
-        "payment_hash": attempt.payment_hash,
-        "destination": attempt.destination,
-        "actor": attempt.sender,
-    }
-
-
 def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> list[Outcome]:
     """Write the payment reports of ``outcomes``; the outcomes as the ledger leaves them.
 
@@ -160,7 +121,7 @@ class _Batch:
     read (to hold deliveries for)."""
 
     settings: PaymentSettings
-    signals: _Signals = field(default_factory=_Signals)
+    signals: PaymentSignals = field(default_factory=PaymentSignals)
     paying: set[str] = field(default_factory=set)
     queued: dict[str, int] = field(default_factory=dict)
 
@@ -191,7 +152,7 @@ def _record(outcome: Outcome, batch: _Batch) -> Outcome:
     return _open(outcome, report.challenge, batch)
 
 
-def _settle(settlement: Settlement, signals: _Signals) -> None:
+def _settle(settlement: Settlement, signals: PaymentSignals) -> None:
     """Apply one settlement; each is conditional on the state it leaves, so that a batch
     saved twice (the recorder retries after a database error) changes nothing twice."""
     now = timezone.now()
@@ -205,7 +166,8 @@ def _settle(settlement: Settlement, signals: _Signals) -> None:
         ).first()
         if attempt is None:
             return
-        fee = settlement.fee_msat
+        # The node's word, bounded to what a payment can cost (and the columns hold).
+        fee = min(max(0, settlement.fee_msat), MAX_MSAT)
         rows.filter(state=attempt.state).update(
             state=PaymentState.PAID,
             preimage=settlement.preimage,
@@ -254,7 +216,9 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
     A host with a pending attempt already (stored by this batch, or committed) is not
     tried: the unique constraint would refuse it, after a savepoint and an insert.  Its
     delivery is held before anything else is read (the payments it made are counted
-    when it meets a 402 with nobody paying).
+    when it meets a 402 with nobody paying).  An invoice stored before (its payment
+    hash is unique) is paid again only if it failed unpaid: that attempt is reopened
+    for this delivery (:func:`_served_again` says what becomes of the others).
     """
     row, sender, settings = outcome.row, outcome.message.sender, batch.settings
     if batch.is_paying(row.host):
@@ -268,26 +232,32 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
             f"destination never accepted ({outcome.error})"
         )
         return replace(outcome, result=AttemptResult.REFUSED, error=error)
+    earlier = _stored(challenge)
+    if earlier is not None and not _reopenable(earlier):
+        return _served_again(outcome, earlier, batch)
     now = timezone.now()
     reserve = challenge.amount_msat + settings.max_fee_msat
+    fields = {
+        "delivery_id": row.id,
+        "sender": sender,
+        "host": row.host,
+        "destination": challenge.destination,
+        "scheme": challenge.scheme,
+        "invoice": challenge.invoice,
+        "macaroon": challenge.macaroon,
+        "amount_msat": challenge.amount_msat,
+        "pay_amount_msat": challenge.pay_amount_msat,
+        "reserved_msat": reserve,
+        "created_at": now,
+        "invoice_expires_at": _at(challenge.invoice_expires_at),
+        "expires_at": now + timedelta(seconds=settings.token_lifetime),
+    }
     try:
         with transaction.atomic():
-            PaymentAttempt.objects.create(
-                delivery_id=row.id,
-                sender=sender,
-                host=row.host,
-                destination=challenge.destination,
-                scheme=challenge.scheme,
-                invoice=challenge.invoice,
-                payment_hash=challenge.payment_hash,
-                macaroon=challenge.macaroon,
-                amount_msat=challenge.amount_msat,
-                pay_amount_msat=challenge.pay_amount_msat,
-                reserved_msat=reserve,
-                created_at=now,
-                invoice_expires_at=_at(challenge.invoice_expires_at),
-                expires_at=now + timedelta(seconds=settings.token_lifetime),
-            )
+            if earlier is None:
+                PaymentAttempt.objects.create(payment_hash=challenge.payment_hash, **fields)
+            elif not _reopen(earlier, fields):
+                raise _Changed
             if bought_meanwhile(row.host, row.id, now):
                 raise _BoughtMeanwhile
             if not _reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
@@ -308,10 +278,75 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
         )
         error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
         return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_nextday_of(now))
-    except IntegrityError:
-        return batch.held_while_paying(outcome)
+    except (IntegrityError, _Changed):
+        return _conflict(outcome, challenge, batch)
     batch.paying.add(row.host)
     return outcome
+
+
+def _stored(challenge: Challenge) -> PaymentAttempt | None:
+    """The attempt already stored for the challenge's invoice, if any."""
+    return PaymentAttempt.objects.filter(payment_hash=challenge.payment_hash).first()
+
+
+def _reopenable(attempt: PaymentAttempt) -> bool:
+    """Whether a stored attempt may be paid again: the node said it failed, and it was
+    never paid (a route failure, say): paying it again is paying it once."""
+    return attempt.state == PaymentState.FAILED and attempt.paid_at is None
+
+
+def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
+    """Make the failed, unpaid ``attempt`` pending again with ``fields`` (this delivery,
+    its sender, a new reservation and lifetime); False if it is no longer failed unpaid."""
+    again = {**fields, "state": PaymentState.PENDING, "reason": "", "preimage": "", "fee_msat": 0}
+    return bool(
+        PaymentAttempt.objects.filter(
+            pk=attempt.pk, state=PaymentState.FAILED, paid_at__isnull=True
+        ).update(**again)
+    )
+
+
+def _served_again(outcome: Outcome, earlier: PaymentAttempt, batch: _Batch) -> Outcome:
+    """The delivery of a 402 whose invoice is stored already, and is not to be paid again.
+
+    Pending: that invoice is being paid (for another delivery, or host), so it is held
+    as any delivery whose host is being paid.  Paid: paying it again buys nothing; the
+    delivery is held to try a token its host has (``bought_meanwhile``), or, with none,
+    refused (``invoice_already_paid``): a host that serves a paid invoice again will not
+    take our payment for this message.
+    """
+    row = outcome.row
+    if earlier.state == PaymentState.PENDING:
+        return batch.held_while_paying(outcome)
+    if bought_meanwhile(row.host, row.id, timezone.now()):
+        wait = batch.settings.hold_while_paying
+        return replace(outcome, result=AttemptResult.HELD, error=BOUGHT_MEANWHILE, held_for=wait)
+    error = (
+        f"payment refused: {Reason.INVOICE_ALREADY_PAID.value}: the destination served "
+        f"invoice {earlier.payment_hash[:12]} again, paid on "
+        f"{(earlier.paid_at or earlier.created_at):%Y-%m-%d %H:%M:%S} UTC"
+    )
+    return replace(outcome, result=AttemptResult.REFUSED, error=error)
+
+
+def _conflict(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
+    """The delivery of a challenge that a unique constraint refused, as what is stored
+    now says: the host's pending attempt (another payment under way), or the invoice's
+    attempt (:func:`_served_again`).  Neither (the row changed since): held briefly, to
+    meet the 402 again and look again."""
+    row = outcome.row
+    if paying_hosts([row.host]):
+        batch.paying.add(row.host)
+        return batch.held_while_paying(outcome)
+    earlier = _stored(challenge)
+    if earlier is not None and not _reopenable(earlier):
+        return _served_again(outcome, earlier, batch)
+    wait = batch.settings.hold_while_paying
+    return replace(outcome, result=AttemptResult.HELD, error=STORED_MEANWHILE, held_for=wait)
+
+
+class _Changed(Exception):
+    """Raised inside the savepoint: the attempt to reopen changed since it was read."""
 
 
 class _BoughtMeanwhile(Exception):

@@ -19,6 +19,11 @@ A client that times out, or answers what cannot be trusted, leaves the attempt
 ``pending``: the next attempt asks ``lookup`` again, and pays only if the node says
 the payment failed or never started.
 
+Node calls run on the process's payment threads (:mod:`~django_outbox.payments.threads`),
+never on the loop's default executor.  A payment starts only while what is left of the
+delivery's lease covers it and the request after it (:func:`payment_seconds`): else the
+delivery is given back, unsent and unpaid, for a claim with a fresh lease.
+
 For ``HOLD_WHILE_PAYING`` seconds after one of its deliveries met a payable 402 (or
 until one of its deliveries is accepted with a token it paid for there), a
 process sends nothing to that host without a token or an attempt of its own: until
@@ -41,6 +46,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.outcomes import AttemptResult
 from django_outbox.payments.challenge import SCHEMES, parse_challenge
@@ -63,18 +69,30 @@ from django_outbox.payments.reports import (
     Settlement,
 )
 from django_outbox.payments.settings import PaymentSettings
+from django_outbox.payments.threads import payment_threads
 from django_outbox.transport import BlockedAddress, Response, TransportError
 from django_outbox.transport.target import parse_target
+
+#: Node calls one payment step may make: a lookup, the payment, and the lookup that a
+#: payment the node refuses ("already paid", "in transition") asks for.
+NODE_CALLS = 3
+#: Seconds one node call is taken to last at most when the client declares no ``timeout``.
+ASSUMED_TIMEOUT = 60.0
+#: Seconds kept after the request for the recorder to save its outcome (as for every send).
+SAVE_MARGIN = 10.0
 
 
 @dataclass(frozen=True)
 class PaymentJob:
     """What a claim hands a sending thread for paying: the settings, the process's client,
-    the delivery's open attempt and the host's kept token (either may be None), and
-    whether the host is being paid for another delivery."""
+    when the delivery's lease ends (monotonic time), the delivery's open attempt and the
+    host's kept token (either may be None), and whether the host is being paid for
+    another delivery."""
 
     settings: PaymentSettings
     client: PaymentClient = field(repr=False)
+    #: Monotonic time at which the delivery's lease ends, as the claim knew it.
+    lease_ends: float
     open: OpenAttempt | None = None
     token: KeptToken | None = None
     #: Whether another delivery's payment to the host was under way at the claim.
@@ -134,6 +152,37 @@ def payment_client(settings: PaymentSettings) -> PaymentClient:
     return client
 
 
+def payment_seconds(client: PaymentClient) -> float:
+    """The longest a payment step and the request after it may take, in seconds:
+    :data:`NODE_CALLS` calls of the client's ``timeout`` (:data:`ASSUMED_TIMEOUT` if it
+    declares none), two knocks of ``OUTBOX_TOTAL_TIMEOUT`` and :data:`SAVE_MARGIN`."""
+    timeout = getattr(client, "timeout", None)
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        timeout = ASSUMED_TIMEOUT
+    return NODE_CALLS * float(timeout) + 2 * conf.TOTAL_TIMEOUT + SAVE_MARGIN
+
+
+def _lease_refusal(job: PaymentJob, trail: _Trail) -> Exchange | None:
+    """Why the payment step must not start now, or None: the delivery's lease cannot
+    cover it (given back unpaid, for a claim with a fresh lease), or no lease could
+    (``OUTBOX_LEASE_SECONDS`` too short for the client: retried, and check E017 says so)."""
+    needed, lease = payment_seconds(job.client), conf.LEASE_SECONDS
+    if needed > lease:
+        error = (
+            f"internal: a payment and its request may take {needed:g} s, more than the "
+            f"{lease:g} s lease (OUTBOX_LEASE_SECONDS)"
+        )
+        return trail.ends(AttemptResult.RETRY, error)
+    left = job.lease_ends - time.monotonic()
+    if left < needed:
+        error = (
+            f"released: {max(0.0, left):.0f} s left of its lease cannot cover a payment "
+            f"and its request ({needed:g} s)"
+        )
+        return trail.ends(AttemptResult.RELEASED, error)
+    return None
+
+
 def names_l402(response: Response) -> bool:
     """Whether a 401 answer challenges for L402 (a token refused as 402 would be)."""
     value = response.headers.get("WWW-Authenticate") or ""
@@ -186,6 +235,9 @@ def _settle_open(job: PaymentJob, trail: _Trail) -> str | Exchange | None:
     now = time.time()
     if attempt.state == "paid" and attempt.preimage:
         return attempt.authorization(attempt.preimage)
+    refusal = _lease_refusal(job, trail)
+    if refusal is not None:
+        return refusal
     try:
         status = client.lookup(attempt.payment_hash)
         if status.state is PaymentState.PENDING:
@@ -256,8 +308,8 @@ async def exchange(
     """One attempt at ``url`` with payments: ``post(authorization)`` sends the request
     (or none, held, when this process met a payable 402 there a moment ago).
 
-    The payment client blocks (it asks a Lightning node): it runs on the event loop's
-    executor, never on the loop.
+    The payment client blocks (it asks a Lightning node): it runs on the payment
+    threads, never on the loop or its default executor.
     """
     trail = _Trail()
     authorization: str | None = None
@@ -268,7 +320,8 @@ async def exchange(
     token = job.token if job.token is not None and job.token.host == host else None
     if own is not None:
         loop = asyncio.get_running_loop()
-        settled = await loop.run_in_executor(None, _settle_open, replace(job, open=own), trail)
+        threads = payment_threads(job.settings)
+        settled = await loop.run_in_executor(threads, _settle_open, replace(job, open=own), trail)
         if isinstance(settled, Exchange):
             return settled
         if settled is not None:

@@ -23,9 +23,14 @@ PAYING_ELSEWHERE = "held: another payment to this host is under way"
 MET_402_LATELY = "held: another delivery met this host's 402 a moment ago"
 #: ... a token for its host was bought while it was sent (it tries that token first).
 BOUGHT_MEANWHILE = "held: a token for this host was bought while this delivery was sent"
+#: ... its invoice's stored attempt changed while its challenge was stored (it meets the
+#: 402 again and the ledger looks again).
+STORED_MEANWHILE = "held: this invoice's payment record changed while it was stored"
 #: The holds that are parked rather than recorded (by the claim, or by the recorder):
 #: none is an attempt, and each ends when the payment under way does.
-PARKED_HOLDS = frozenset((PAID_AT_CLAIM, PAYING_ELSEWHERE, MET_402_LATELY, BOUGHT_MEANWHILE))
+PARKED_HOLDS = frozenset(
+    (PAID_AT_CLAIM, PAYING_ELSEWHERE, MET_402_LATELY, BOUGHT_MEANWHILE, STORED_MEANWHILE)
+)
 
 
 @dataclass(frozen=True)

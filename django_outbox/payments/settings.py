@@ -15,6 +15,9 @@ from django_outbox.exceptions import OutboxConfigurationError
 
 #: Bech32 currency prefixes of BOLT11 invoices and the networks they name.
 NETWORKS = {"bc": "mainnet", "tb": "testnet", "tbs": "signet", "bcrt": "regtest"}
+#: The most millisatoshis any amount may be: every bitcoin there will ever be (21 million).
+#: Twice it (a price and a fee) still fits the ``PositiveBigIntegerField`` columns (2**63 - 1).
+MAX_MSAT = 21_000_000 * 100_000_000 * 1000
 
 #: The keys of ``OUTBOX_PAYMENTS`` and their defaults (CLIENT has none).
 DEFAULTS: dict[str, Any] = {
@@ -29,6 +32,7 @@ DEFAULTS: dict[str, Any] = {
     "TOKEN_LIFETIME": 24 * 3600.0,
     "MAX_PAYMENTS_PER_DELIVERY": 3,
     "HOLD_WHILE_PAYING": 1.0,
+    "CLIENT_THREADS": 8,
 }
 #: Settings that must be positive numbers.
 POSITIVE = (
@@ -39,7 +43,22 @@ POSITIVE = (
     "TOKEN_LIFETIME",
     "MAX_PAYMENTS_PER_DELIVERY",
     "HOLD_WHILE_PAYING",
+    "CLIENT_THREADS",
 )
+#: The most each number may be: amounts within :data:`MAX_MSAT`, times within what a
+#: date can carry them to, counts within reason.
+LIMITS: dict[str, float] = {
+    "MAX_PRICE_MSAT": MAX_MSAT,
+    "DAILY_BUDGET_MSAT": MAX_MSAT,
+    "MAX_FEE_MSAT": MAX_MSAT,
+    "RATE_MSAT_PER_BYTE": MAX_MSAT,
+    "MINIMUM_MSAT": MAX_MSAT,
+    "EXPIRY_AFFORDANCE": 3600.0,
+    "TOKEN_LIFETIME": 366 * 86400.0,
+    "MAX_PAYMENTS_PER_DELIVERY": 100,
+    "HOLD_WHILE_PAYING": 60.0,
+    "CLIENT_THREADS": 256,
+}
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,7 @@ class PaymentSettings:
     token_lifetime: float = DEFAULTS["TOKEN_LIFETIME"]
     max_payments_per_delivery: int = DEFAULTS["MAX_PAYMENTS_PER_DELIVERY"]
     hold_while_paying: float = DEFAULTS["HOLD_WHILE_PAYING"]
+    client_threads: int = DEFAULTS["CLIENT_THREADS"]
 
 
 def problems(value: Any) -> list[tuple[str, str]]:
@@ -103,6 +123,8 @@ def problems(value: Any) -> list[tuple[str, str]]:
         elif number < 0 or (name in POSITIVE and number <= 0):
             which = "positive" if name in POSITIVE else "zero or more"
             found.append((name, f"OUTBOX_PAYMENTS[{name!r}] must be {which}."))
+        elif number > LIMITS[name]:
+            found.append((name, f"OUTBOX_PAYMENTS[{name!r}] must be at most {LIMITS[name]:,.0f}."))
     return found
 
 

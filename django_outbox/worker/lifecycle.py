@@ -22,6 +22,7 @@ import os
 import threading
 
 from django_outbox.conf import conf
+from django_outbox.payments.threads import stop_payment_threads
 from django_outbox.store.claimed import ClaimedRow
 from django_outbox.worker.heartbeat import current_heart, start_heart, stop_heart
 from django_outbox.worker.process import (
@@ -56,10 +57,11 @@ def start_worker_process() -> None:
 
 
 def stop_worker_process(timeout: float) -> None:
-    """A warm shutdown: stop watching, stop the engine (``timeout`` for what runs), then
-    the heart."""
+    """A warm shutdown: stop watching, stop the engine (``timeout`` for what runs), the
+    payment threads, then the heart."""
     this_supervisor().stop()
     stop_this_process(timeout)
+    stop_payment_threads()
     stop_heart()
 
 

@@ -145,9 +145,11 @@ class InvoiceIssuer:
         self.registry.add(issued)
         return issued
 
-    def challenge(self, amount_msat: int | None = None, *, expiry: int = 3600) -> IssuedChallenge:
+    def challenge(
+        self, amount_msat: int | None = None, *, expiry: int = 3600, created_at: int | None = None
+    ) -> IssuedChallenge:
         """A fresh invoice and the L402 macaroon naming it."""
-        issued = self.invoice(amount_msat, expiry=expiry)
+        issued = self.invoice(amount_msat, expiry=expiry, created_at=created_at)
         token_id = os.urandom(32)
         identifier = b"\x00\x00" + bytes.fromhex(issued.payment_hash) + token_id
         raw = macaroons.mint(

@@ -28,7 +28,7 @@ from django_outbox.payments.errors import PaymentError
 from django_outbox.payments.macaroons import decode_macaroon, l402_identifier
 from testproject.inbox_servers import Behaviour, InboxServer
 from testproject.lightning import macaroons
-from testproject.lightning.issuer import InvoiceIssuer
+from testproject.lightning.issuer import InvoiceIssuer, IssuedChallenge
 
 
 class Mode(StrEnum):
@@ -50,7 +50,9 @@ class L402Gate:
 
     ``price_msat`` None issues amountless invoices (the payer picks the amount).
     ``lsat_twin`` sends an ``LSAT`` challenge next to the ``L402`` one, as Aperture does.
-    ``decisions`` records ``"challenged"``, ``"accepted"`` or ``"refused: <why>"`` per
+    ``repeat_invoice`` answers every ``402`` with one challenge (one invoice, one
+    macaroon), paid or not, as a careless or hostile host would.  ``decisions`` records
+    ``"challenged"``, ``"accepted"`` or ``"refused: <why>"`` per
     request, in order.
     """
 
@@ -64,11 +66,13 @@ class L402Gate:
         token_lifetime: float = 3600.0,
         accept_status: int = 202,
         lsat_twin: bool = False,
+        repeat_invoice: bool = False,
     ) -> None:
         self.issuer, self.mode = issuer, Mode(mode)
         self.price_msat, self.invoice_expiry = price_msat, invoice_expiry
         self.token_lifetime, self.accept_status = token_lifetime, accept_status
-        self.lsat_twin = lsat_twin
+        self.lsat_twin, self.repeat_invoice = lsat_twin, repeat_invoice
+        self._repeated: IssuedChallenge | None = None
         self.decisions: list[str] = []
         self._tokens: dict[bytes, _Token] = {}
         self._lock = threading.Lock()
@@ -84,17 +88,27 @@ class L402Gate:
                 self._decide("accepted")
                 return self.accept_status, {}
             self._decide(f"refused: {why}")
+        challenge = self._challenge()
+        self._decide("challenged")
+        header = challenge.header
+        if self.lsat_twin:
+            header = f"LSAT {header.removeprefix('L402 ')}, {header}"
+        return 402, {"WWW-Authenticate": header}
+
+    def _challenge(self) -> IssuedChallenge:
+        """A fresh challenge, its token known to the gate (or the one it repeats)."""
+        with self._lock:
+            if self._repeated is not None:
+                return self._repeated
         challenge = self.issuer.challenge(self.price_msat, expiry=self.invoice_expiry)
         clock = self.issuer.registry.clock()
         with self._lock:
             self._tokens[challenge.token_id] = _Token(
                 challenge.invoice.payment_hash, clock + self.token_lifetime
             )
-        self._decide("challenged")
-        header = challenge.header
-        if self.lsat_twin:
-            header = f"LSAT {header.removeprefix('L402 ')}, {header}"
-        return 402, {"WWW-Authenticate": header}
+            if self.repeat_invoice:
+                self._repeated = challenge
+        return challenge
 
     def choose(
         self, behaviour: Behaviour, status: int, headers: http.client.HTTPMessage

@@ -12,7 +12,9 @@
 
 A wrong ``Grpc-Metadata-macaroon`` gets 401.  Switches: ``status_next`` (answer the
 next calls with these HTTP statuses), ``hang_after_paying`` (pay, then answer only
-after that many seconds: the client times out although the payment went through).
+after that many seconds: the client times out although the payment went through),
+``delay`` (every call waits that many seconds before it is served: a slow node).
+``in_flight`` counts the calls being served.
 Plain HTTP unless an ``ssl_context`` is given (e.g. from ``trustme``).
 """
 
@@ -20,11 +22,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import json
 import os
 import ssl
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -90,6 +94,8 @@ class FakeLndServer:
         self.macaroon = macaroon or os.urandom(32)
         self.stream_hold = stream_hold
         self.hang_after_paying = 0.0
+        self.delay = 0.0
+        self.in_flight = 0
         self.status_next: list[int] = []
         self.calls: list[LndCall] = []
         self._lock = threading.Lock()
@@ -148,6 +154,18 @@ class FakeLndServer:
         """Sleep ``seconds`` or until stopped."""
         self._stopping.wait(seconds)
 
+    @contextlib.contextmanager
+    def serving(self) -> Iterator[None]:
+        """Serve one call: counted in ``in_flight``, after ``delay`` seconds."""
+        with self._lock:
+            self.in_flight += 1
+        try:
+            self.wait(self.delay)
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
 
 class QuietHTTPServer(ThreadingHTTPServer):
     """A threading HTTP server that does not print clients hanging up (tests time out
@@ -188,6 +206,14 @@ def _handler_for(server: FakeLndServer) -> type[BaseHTTPRequestHandler]:
             return False
 
         def do_POST(self) -> None:
+            with server.serving():
+                self._post()
+
+        def do_GET(self) -> None:
+            with server.serving():
+                self._get()
+
+        def _post(self) -> None:
             length = min(int(self.headers.get("Content-Length") or 0), 1 << 20)
             try:
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -244,7 +270,7 @@ def _handler_for(server: FakeLndServer) -> type[BaseHTTPRequestHandler]:
                 }
             self._send(200, answer, body)
 
-        def do_GET(self) -> None:
+        def _get(self) -> None:
             if not self._authorized(None):
                 return
             path = urlsplit(self.path).path

@@ -145,7 +145,12 @@ def test_a_lost_canary_publishes_every_queued_delivery_again(
     # Not due yet: published by the pass when it is.
     assert Delivery.objects.get(pk=later.pk).dispatched_at is None
     memory_broker.take(Lane.DEFAULT)
-    assert recovery.recover(judge_owners=False) == {"broker": 0, "dispatched": 0, "signals": 0}
+    assert recovery.recover(judge_owners=False) == {
+        "broker": 0,
+        "dispatched": 0,
+        "signals": 0,
+        "payments": 0,
+    }
 
 
 def test_an_empty_lane_while_rows_wait_in_it_is_published_again(
@@ -256,7 +261,7 @@ def test_a_failing_step_is_logged_and_the_others_run(
     parked = delivery(message(), QUEUED, dispatched_at=None)
     with caplog.at_level(logging.WARNING, logger="django_outbox.recovery"):
         counts = recovery.recover(judge_owners=False)
-    assert counts == {"broker": 0, "dispatched": 1, "signals": 0}
+    assert counts == {"broker": 0, "dispatched": 1, "signals": 0, "payments": 0}
     assert "recovery step 'broker' failed: ConnectionError" in caplog.text
     assert memory_broker.ids(Lane.DEFAULT) == {parked.pk}
 

@@ -85,7 +85,8 @@ class ClnClient:
     """
 
     rpc_path: str | Path
-    timeout: float = 90.0
+    #: Seconds: three calls of it, with the request after them, fit the default lease.
+    timeout: float = 70.0
     retry_for: int = 60
 
     def __post_init__(self) -> None:

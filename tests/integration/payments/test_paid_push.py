@@ -3,106 +3,34 @@
 The destinations are L402 inboxes in this process; the workers pay them through a
 fake LND (also in this process) on the same invoice registry, so every payment is a
 real invoice settled once, counted where it happens (``node.attempts``).  The
-workers run on the chaos tests' private broker, so that one can be SIGKILLed.
+workers run on the chaos tests' private broker, so that one can be SIGKILLed
+(tests/integration/payments/network.py and conftest.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
-from django.test import override_settings
 from django.utils import timezone
 
-from django_outbox import outbox
 from django_outbox.models import Delivery, DeliveryState, PaymentAttempt
-from testproject.demo.keys import ACTOR
 from testproject.demo.models import SignalLog
 from testproject.inbox_servers import Behaviour, InboxServer
-from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
-from testproject.lightning.l402_inbox import L402Gate, L402InboxServer, Mode
-from testproject.lightning.lnd import FakeLndServer
-from testproject.lightning.node import FakeNode
-from tests.support.chaos import NOTE, Workers, busiest, kill, pool_pids, report, wait_until
+from testproject.lightning.issuer import InvoiceIssuer
+from testproject.lightning.l402_inbox import Mode
+from tests.integration.payments.network import (
+    PRICE,
+    Lightning,
+    Start,
+    send,
+    settled,
+    states,
+)
+from tests.support.chaos import busiest, kill, pool_pids, report, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
-
-PRICE = 10_000
-
-
-class Lightning:
-    """The fake network: an issuer for the inboxes, a node and its LND for the workers."""
-
-    def __init__(self) -> None:
-        self.registry = InvoiceRegistry()
-        self.issuer = InvoiceIssuer(self.registry)
-        self.node = FakeNode(self.registry)
-        self.lnd = FakeLndServer(self.node, stream_hold=0.2).start()
-
-    def settings(self, timeout: float = 10.0, **extra: Any) -> dict[str, Any]:
-        """``OUTBOX_PAYMENTS`` for a worker paying through this network."""
-        options = {"url": self.lnd.url, "macaroon_hex": self.lnd.macaroon_hex, "timeout": timeout}
-        return {
-            "CLIENT": "django_outbox.payments.lnd.LndRestClient",
-            "OPTIONS": options,
-            "NETWORK": "bcrt",
-            "MAX_FEE_MSAT": 100,
-            **extra,
-        }
-
-    def inbox(self, host: str = "127.0.0.1", **gate: Any) -> L402InboxServer:
-        """An L402 inbox (not started: use it in ``with``)."""
-        options = {"price_msat": PRICE, **gate}
-        return L402InboxServer(L402Gate(self.issuer, **options), host)
-
-
-@pytest.fixture
-def lightning() -> Iterator[Lightning]:
-    network = Lightning()
-    yield network
-    network.lnd.stop()
-
-
-Start = Callable[..., list[Any]]
-
-
-@pytest.fixture
-def start(chaos_workers: Workers, lightning: Lightning) -> Iterator[Start]:
-    """``start(count, **payments)``: workers paying through ``lightning``; this process
-    (its sweeper) gets the same ``OUTBOX_PAYMENTS``."""
-    with ExitStack() as stack:
-
-        def starting(count: int = 1, **payments: Any) -> list[Any]:
-            settings = lightning.settings(**payments)
-            # Retries within a second: what is tested is paying once, not the backoff.
-            extra = {
-                "OUTBOX_PAYMENTS": settings,
-                "DEMO_LOG_SIGNALS": True,
-                "OUTBOX_RETRY_BASE": 0.2,
-                "OUTBOX_RETRY_CAP": 1.0,
-            }
-            stack.enter_context(override_settings(OUTBOX_PAYMENTS=settings))
-            return chaos_workers.start(count, extra, concurrency=1)
-
-        yield starting
-
-
-def send(*urls: str) -> list[int]:
-    outbox.send(ACTOR, NOTE, list(urls))
-    return list(Delivery.objects.filter(inbox__in=urls).order_by("id").values_list("id", flat=True))
-
-
-def settled(ids: list[int]) -> bool:
-    finished = (DeliveryState.DELIVERED, DeliveryState.REFUSED, DeliveryState.FAILED)
-    return Delivery.objects.filter(id__in=ids, state__in=finished).count() == len(ids)
-
-
-def states(ids: list[int]) -> list[str]:
-    return list(Delivery.objects.filter(id__in=ids).order_by("id").values_list("state", flat=True))
 
 
 def test_a_worker_killed_after_paying_and_before_sending_pays_once(
@@ -110,7 +38,7 @@ def test_a_worker_killed_after_paying_and_before_sending_pays_once(
 ) -> None:
     """SIGKILL while the node's answer to ``pay`` is on its way: the retry asks the node,
     reuses the preimage, and pays nothing more."""
-    live = start(timeout=120)
+    live = start(timeout=70)  # a client that outwaits the node; within the lease (E017)
     lightning.lnd.hang_after_paying = 60.0
     with lightning.inbox() as inbox:
         ids = send(inbox.url())

@@ -56,9 +56,12 @@ def exchanged(
     return asyncio.run(exchange(job, url, size, knock))
 
 
-def job(lnd: FakeLndServer, *, timeout: float = 5.0, **parts: object) -> PaymentJob:
+def job(
+    lnd: FakeLndServer, *, timeout: float = 5.0, lease: float = 300.0, **parts: object
+) -> PaymentJob:
+    """A job paying through ``lnd``, claimed now with a lease of ``lease`` seconds."""
     client = LndRestClient(lnd.url, macaroon_hex=lnd.macaroon_hex, timeout=timeout)
-    return PaymentJob(SETTINGS, client, **parts)  # type: ignore[arg-type]
+    return PaymentJob(SETTINGS, client, time.monotonic() + lease, **parts)  # type: ignore[arg-type]
 
 
 def stored(challenge: Challenge, attempt_id: int = 1, lifetime: float = 3600) -> OpenAttempt:
