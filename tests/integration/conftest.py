@@ -128,3 +128,13 @@ def chaos_workers(chaos_broker: Any, workers: WorkerFactory) -> Iterator[Any]:
             yield workers
         finally:
             workers.close()
+
+
+@pytest.fixture
+def faults(redis_url: str) -> Iterator[Any]:
+    """The fault plan the workers started with ``fault_settings`` read (cleared)."""
+    from tests.support.faults import Faults
+
+    plan = Faults(redis_url)
+    yield plan
+    plan.clear()

@@ -17,12 +17,8 @@ beat running:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from datetime import timedelta
 
 import pytest
-from django.db.models import Q
-from django.utils import timezone
 
 from django_outbox import Batch, outbox
 from django_outbox.models import Delivery, DeliveryState, Heartbeat
@@ -30,83 +26,21 @@ from django_outbox.tasks import sweep
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour
 from tests.support.chaos import NOTE, Farm, Workers, children, report, states, wait_until
-from tests.support.faults import Faults, Firing, fault_settings
+from tests.support.faults import (
+    BOUND,
+    Faults,
+    all_delivered,
+    check,
+    start,
+    whole,
+)
 from tests.support.rows import ago, delivery, hence, message
-from tests.support.workers import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
-#: Seconds after the fault within which every delivery is accounted for (issue 21).
-BOUND = 30.0
 #: Deliveries per test, over :data:`HOSTS` hosts.
 FAN_OUT = 200
 HOSTS = 20
-
-
-@pytest.fixture
-def faults(redis_url: str) -> Iterator[Faults]:
-    plan = Faults(redis_url)
-    yield plan
-    plan.clear()
-
-
-def start(chaos_workers: Workers, redis_url: str) -> Worker:
-    (worker,) = chaos_workers.start(1, extra=fault_settings(redis_url))
-    return worker
-
-
-def accounted() -> bool:
-    """No delivery in ``sending``, and every one not delivered has a recorded reason."""
-    live = Delivery.objects.exclude(state=DeliveryState.DELIVERED)
-    return not live.filter(Q(state=DeliveryState.SENDING) | Q(last_error="")).exists()
-
-
-def all_delivered(expected: int) -> bool:
-    return Delivery.objects.filter(state=DeliveryState.DELIVERED).count() == expected
-
-
-def whole(worker: Worker, processes: int = 2) -> bool:
-    """The worker's pool has ``processes`` processes, each beating with every part
-    alive and none stuck."""
-    pool = set(children(worker.pid))
-    if len(pool) != processes:
-        return False
-    fresh = Heartbeat.objects.filter(beat_at__gte=timezone.now() - timedelta(seconds=6))
-    rows = [row for row in fresh if int(row.name.split(":")[1]) in pool]
-    if {int(row.name.split(":")[1]) for row in rows} != pool:
-        return False
-    return all(
-        part["alive"] and not part["stuck"] for row in rows for part in row.parts.values()
-    ) and all(row.parts for row in rows)
-
-
-def check(
-    name: str,
-    farm: Farm,
-    inboxes: list[str],
-    firing: Firing,
-    worker: Worker,
-    *,
-    settled: Callable[[], bool] = accounted,
-    accepted_only: bool = False,
-) -> None:
-    """The three checks of the module docstring, with the figures printed."""
-    wait_until(lambda: settled() and Delivery.objects.count() >= len(inboxes), BOUND + 30)
-    took = time.time() - firing.at
-    wait_until(lambda: all_delivered(len(inboxes)), 120, every=0.25)
-    delivered_after = time.time() - firing.at
-    tally = farm.tally(inboxes, accepted_only)
-    report(
-        name,
-        accounted_after=round(took, 1),
-        delivered_after=round(delivered_after, 1),
-        sending_at_fault=firing.sending,
-        tally=tally,
-    )
-    assert took <= BOUND, f"{name}: accounted for {took:.1f} s after the fault"
-    assert tally.missing == 0, f"{name}: {tally}"
-    assert tally.duplicates <= max(0, firing.sending), f"{name}: {tally}"
-    wait_until(lambda: whole(worker), 60, every=0.5)
 
 
 def fan_out(farm: Farm, tag: str) -> list[str]:
@@ -193,7 +127,7 @@ def test_a_hung_broker_call_in_the_recovery_pass_hands_the_leadership_on(
         inboxes = farm.inboxes(50)
         for inbox in inboxes:
             delivery(parent, inbox=inbox, dispatched_at=None, next_attempt_at=ago(1))
-        wait_until(lambda: all_delivered(len(inboxes)), BOUND, every=0.25)
+        wait_until(lambda: all_delivered(inboxes), BOUND, every=0.25)
         took = time.time() - firing.at
         report("recovery broker hang", delivered_after=round(took, 1), tally=farm.tally(inboxes))
         assert took <= BOUND
@@ -242,7 +176,7 @@ def test_a_sweeper_step_that_hangs_costs_the_process_only_its_sweep(
     (firing,) = faults.wait_fired()
     with Farm(HOSTS) as farm:
         inboxes = fan_out(farm, "sweep-hang")
-        check("sweep hang", farm, inboxes, firing, worker, settled=lambda: all_delivered(FAN_OUT))
+        check("sweep hang", farm, inboxes, firing, worker, settled=all_delivered)
     sweep.apply_async(queue="outbox")
     wait_until(lambda: not Heartbeat.objects.filter(name=dead).exists(), BOUND)
     assert Delivery.objects.get(pk=expired.pk).state == DeliveryState.FAILED

@@ -20,6 +20,11 @@ from testproject.lightning.l402_inbox import L402Gate, Mode
 from tests.integration.payments.network import PRICE, Lightning, Start, send, settled, states
 from tests.support.chaos import NOTE, Farm, Workers, report, wait_until
 from tests.support.chaos import settled as everything_settled
+from tests.support.faults import BOUND, Faults, check, start
+
+#: Deliveries to free hosts beside the paid ones in the ledger test, over ``HOSTS`` hosts.
+FAN_OUT = 200
+HOSTS = 20
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
@@ -115,3 +120,23 @@ def test_a_slow_node_delays_only_payments(start: Start, lightning: Lightning) ->
 def _ids(inboxes: list[str]) -> list[int]:
     rows = Delivery.objects.filter(inbox__in=inboxes).order_by("id")
     return list(rows.values_list("id", flat=True))
+
+
+@pytest.mark.parametrize("kind", ["raise", "hang"])
+def test_a_fault_in_the_ledger_while_outcomes_are_recorded(
+    chaos_workers: Workers, lightning: Lightning, faults: Faults, redis_url: str, kind: str
+) -> None:
+    """The ledger (``record_payments``, the recorder's first step with payments on) raises
+    or hangs once, in whichever pool process records first: free hosts and a host that
+    charges per message all get their delivery, each paid host exactly once."""
+    worker = start(chaos_workers, redis_url, OUTBOX_PAYMENTS=lightning.settings())
+    faults.arm("ledger", kind)
+    with Farm(HOSTS) as farm, lightning.inbox(mode=Mode.PER_MESSAGE) as paid:
+        free = farm.inboxes(FAN_OUT)
+        charging = [paid.url(f"/users/{n}/inbox") for n in range(3)]
+        outbox.send(ACTOR, NOTE, free + charging)
+        (firing,) = faults.wait_fired()
+        check(f"ledger {kind}", farm, free, firing, worker)
+        wait_until(lambda: settled(_ids(charging)), BOUND + 30)
+    assert states(_ids(charging)) == [DeliveryState.DELIVERED] * 3
+    assert len(lightning.node.payments()) == 3, "each paid delivery paid once"
