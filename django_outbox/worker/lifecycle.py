@@ -5,8 +5,9 @@ starts (:func:`start_worker_process`, from ``worker_process_init``), and stops t
 a warm shutdown (:func:`stop_worker_process`).  When the supervisor finds a part dead
 or stuck, :func:`end_unfit_process` runs: the process claims nothing more, stops
 beating, gives back what it holds (what never started and what stuck steps held at
-once; what is running gets ``OUTBOX_STOP_TIMEOUT`` to finish, unless the recorder is
-the part that failed), deletes its heartbeat row and exits with status
+once; what is running gets ``OUTBOX_STOP_TIMEOUT`` to finish; if the recorder is the
+part that failed, what it held is saved on the handler's own thread instead, so that
+nothing already answered is sent again), deletes its heartbeat row and exits with status
 :data:`EXIT_UNFIT`.  Celery's pool starts a fresh process in its place, and the message
 of the task it was running goes back to the queue (``reject_on_worker_lost``).  If
 handing back itself hangs (a database that does not answer), the process exits all the

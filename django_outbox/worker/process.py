@@ -250,23 +250,33 @@ class WorkerProcess:
         Deliveries still running after that are released too, so that another
         worker sends them now rather than after the lease; if the inbox had in
         fact received one, it receives it twice (at least once).  An unfit process
-        whose recorder does not work gives back what it holds too, without waiting
-        for it or for the running deliveries (their outcomes could not be saved).
+        whose recorder does not work saves what its recorder held on this thread
+        instead, the outcomes of what finished within ``timeout`` included (given
+        back if that fails too).
         """
         give_back([job.row for job in self.engine.stop()])
         deadline = time.monotonic() + timeout
-        running = self.engine.join(timeout if recorder_works else 0.0)
+        running = self.engine.join(timeout)
         if recorder_works:
             if not self.recorder.flush(max(0.1, deadline - time.monotonic())):
                 logger.warning("stopped before every outcome was saved; their leases will lapse")
         else:
-            unsaved = self.recorder.abandon()
-            give_back([item.row for item in unsaved if isinstance(item, Outcome)])
-            for item in unsaved:
-                if isinstance(item, Release):
-                    publish(release_claim(item))
+            self._save_unsaved(self.recorder.abandon())
         give_back([job.row for job in running])
         stop_recording()
+
+    def _save_unsaved(self, unsaved: list[Outcome | Release]) -> None:
+        """Save on this thread what the stuck recorder held (a fresh connection: the
+        stuck step keeps its own); given back, to be sent again, if that fails too."""
+        try:
+            self.recorder.save_here(unsaved)
+            return
+        except Exception:
+            logger.exception("could not save what the stuck recorder held; giving it back")
+        give_back([item.row for item in unsaved if isinstance(item, Outcome)])
+        for item in unsaved:
+            if isinstance(item, Release):
+                publish(release_claim(item))
 
 
 _process: WorkerProcess | None = None

@@ -238,6 +238,13 @@ class Recorder:
                     self._pending -= 1
                     self._idle.notify_all()
 
+    def save_here(self, batch: list[Outcome | Release]) -> None:
+        """Save ``batch`` on the calling thread: what :meth:`abandon` took from a recorder
+        whose own thread is stuck.  Outcomes already known are saved rather than given
+        back, so that an inbox that accepted is not sent the activity again, nor a paid
+        token presented twice.  Raises what the save raises (the caller gives back)."""
+        self._save(batch)
+
     def _loop(self) -> None:
         while True:
             first = self._queue.get()

@@ -14,7 +14,9 @@ from django.test import override_settings
 from django_outbox.models import Delivery, DeliveryState
 from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.worker import recorder as recording
+from django_outbox.worker.process import WorkerProcess
 from django_outbox.worker.recorder import Recorder, Release, apply_outcomes
+from django_outbox.worker.supervisor import Supervisor
 from tests.unit.test_recorder import claimed, delivered, outcome
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -202,3 +204,62 @@ def test_abandon_takes_the_batch_being_saved_and_what_is_queued(
     ]
     assert rec.backlog() == 1  # the batch being saved; what was queued is taken out
     gate.set()
+
+
+@pytest.fixture
+def stuck_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[WorkerProcess, Any]]:
+    """A worker process whose recorder thread is stuck in its first save (the test's
+    thread saves normally); the gate ends the stuck step."""
+    gate, saving = threading.Event(), threading.Event()
+    real = recording.apply_outcomes
+
+    def stuck_on_the_recorder_thread(batch: list[Outcome]) -> Any:
+        if threading.current_thread().name == "outbox-recorder":
+            saving.set()
+            gate.wait(10)
+            raise RuntimeError("ended by the test")
+        return real(batch)
+
+    monkeypatch.setattr(recording, "apply_outcomes", stuck_on_the_recorder_thread)
+    with override_settings(OUTBOX_BREAKER_CACHE=None):
+        process = WorkerProcess(supervisor=Supervisor())
+    yield process, saving
+    gate.set()
+
+
+def test_an_unfit_process_saves_what_its_stuck_recorder_held(
+    stuck_process: tuple[WorkerProcess, Any],
+) -> None:
+    """Known outcomes are saved, not given back: an inbox that accepted (perhaps with a
+    paid token, which a second send would have to pay for again) is not sent it again."""
+    process, saving = stuck_process
+    rows = claimed(3)
+    process.recorder.put(delivered(rows[0]))
+    assert saving.wait(5)
+    process.recorder.put(delivered(rows[1]))
+    process.recorder.put(outcome(rows[2], AttemptResult.RETRY, status=503, error="HTTP 503"))
+    process.stop(0.1, recorder_works=False)
+    found = {row.pk: (row.state, row.claimed_by) for row in Delivery.objects.all()}
+    assert found == {
+        rows[0].pk: (DeliveryState.DELIVERED, ""),
+        rows[1].pk: (DeliveryState.DELIVERED, ""),
+        rows[2].pk: (DeliveryState.QUEUED, ""),
+    }
+
+
+def test_what_an_unfit_process_cannot_save_is_given_back(
+    stuck_process: tuple[WorkerProcess, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    process, saving = stuck_process
+    rows = claimed(2)
+    process.recorder.put(delivered(rows[0]))
+    assert saving.wait(5)
+    process.recorder.put(delivered(rows[1]))
+
+    def broken(batch: list[Outcome | Release]) -> None:
+        raise RuntimeError("the save is broken too")
+
+    monkeypatch.setattr(process.recorder, "save_here", broken)
+    process.stop(0.1, recorder_works=False)
+    for row in Delivery.objects.all():
+        assert (row.state, row.attempts, row.claimed_by) == (DeliveryState.QUEUED, 0, "")
