@@ -32,6 +32,7 @@ from django_outbox.operations import give_up, requeue
 from django_outbox.portable import PortableInbox
 from django_outbox.recipients import HasInbox, Recipient, collapse
 from django_outbox.signing.webhooks import check_webhook_id, new_webhook_id
+from django_outbox.transport.addresses import parse_networks
 from django_outbox.validation import (
     activity_type,
     actor_id,
@@ -39,6 +40,7 @@ from django_outbox.validation import (
     check_inbox_count,
     check_sender_key,
     clean_inboxes,
+    refuse_blocked_hosts,
     serialise_activity,
 )
 
@@ -71,8 +73,10 @@ class Outbox:
         is no inbox to deliver to.  Raises a subclass of
         :class:`~django_outbox.exceptions.InvalidSend` for bad input, having
         written nothing: an inbox the transport would read otherwise than it is
-        stored, more than ``OUTBOX_MAX_INBOXES`` inboxes, a value too long for
-        its column, a content type or key a worker could not send with.  Inboxes
+        stored, one naming an address every worker would refuse
+        (:class:`~django_outbox.exceptions.BlockedInbox`), more than
+        ``OUTBOX_MAX_INBOXES`` inboxes, a value too long for its column, a content
+        type or key a worker could not send with.  Inboxes
         are stored in canonical form (``HTTPS://Example.com:443/a`` as
         ``https://example.com/a``).
         """
@@ -86,6 +90,7 @@ class Outbox:
                 recipients, prefer_shared_inbox=prefer_shared_inbox, exclude_hosts=exclude_hosts
             ),
             conf.MAX_INBOXES,
+            parse_networks(conf.ALLOWED_NETWORKS),
         )
         body = _signed_body(sender, activity)
         return self._queue(sender, body, activity_type(activity), targets, {}, batch, content_type)
@@ -115,6 +120,8 @@ class Outbox:
             if portable.inbox not in via:
                 via[portable.inbox] = portable.targets()
                 check_inbox_count(len(via), conf.MAX_INBOXES)
+        gateways = list(dict.fromkeys(url for targets in via.values() for url in targets))
+        refuse_blocked_hosts(gateways, parse_networks(conf.ALLOWED_NETWORKS), noun="gateway")
         sender = actor_id(actor)
         body = _signed_body(sender, activity)
         kind = activity_type(activity)

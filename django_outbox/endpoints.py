@@ -1,12 +1,12 @@
 """What ``outbox.send_webhook`` checks before it writes: endpoints, sender and secrets.
 
-Endpoints are URLs as inboxes are, and in addition must not name an address
-deliveries may not reach: a webhook endpoint is typed in by a user of the
-application, which makes it the classic SSRF vector.  Only what the URL itself
-says is judged here (an IP address, ``localhost``), without DNS, so that a send
-does not wait on a resolver; a name that resolves to a refused address is
-refused by the worker when it connects, where the address it checked is the
-one it connects to.
+Endpoints are URLs as inboxes are, and like inboxes must not name an address
+deliveries may not reach (a webhook endpoint is typed in by a user of the
+application, which makes it the classic SSRF vector).  Only what the URL itself
+says is judged at send time (an IP address, ``localhost``), without DNS, so that a
+send does not wait on a resolver; a name that resolves to a refused address is
+refused by the worker when it connects, where the address it checked is the one
+it connects to.  :func:`check_endpoint` can resolve it at once.
 
 The secret resolver is asked for every endpoint, and each answer signs the
 message once, so that a missing or malformed secret, an unusable
@@ -16,7 +16,6 @@ that can never succeed.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Sequence
 
 from django_outbox import columns
@@ -24,34 +23,22 @@ from django_outbox.conf import conf
 from django_outbox.exceptions import BlockedEndpoint, InvalidInbox, UnknownEndpoint, UnknownSender
 from django_outbox.safe_text import shown
 from django_outbox.signing.webhooks import as_webhook_keys, sign_webhook
-from django_outbox.transport.addresses import (
-    IPAddress,
-    IPNetwork,
-    is_blocked,
-    parse_networks,
-    resolve_checked,
-)
+from django_outbox.transport.addresses import parse_networks, resolve_checked
 from django_outbox.transport.errors import BlockedAddress, ResolveError
 from django_outbox.transport.target import parse_target
-from django_outbox.validation import clean_inboxes, inbox_host
+from django_outbox.validation import check_sender_length, clean_inboxes
 
 __all__ = ["check_endpoint", "check_secrets", "clean_endpoints", "webhook_sender"]
-
-_LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
 
 
 def webhook_sender(sender: object) -> str:
     """``sender`` if it can name who sends a webhook: a printable string that fits a row."""
-    if (
-        not isinstance(sender, str)
-        or not sender
-        or len(sender) > columns.URL
-        or not sender.isprintable()
-    ):
+    if not isinstance(sender, str) or not sender or not sender.isprintable():
         raise UnknownSender(
             f"a webhook sender must be a printable string of 1 to {columns.URL} characters, "
             f"not {shown(sender)}"
         )
+    check_sender_length(sender, "webhook sender")
     return str.__str__(sender)
 
 
@@ -59,13 +46,11 @@ def clean_endpoints(endpoints: Iterable[str]) -> list[str]:
     """The endpoints, de-duplicated in their first order, each checked.
 
     As inboxes (absolute http(s) URLs, no credentials, no fragment), and none
-    may name an address :func:`check_endpoint` refuses.
+    may name an address :func:`check_endpoint` refuses
+    (:func:`~django_outbox.validation.refuse_blocked_hosts`, as for ``send()``).
     """
-    clean = clean_inboxes(endpoints, conf.MAX_INBOXES, noun="endpoint")
     allowed = parse_networks(conf.ALLOWED_NETWORKS)
-    for endpoint in clean:
-        _check_address(endpoint, allowed)
-    return clean
+    return clean_inboxes(endpoints, conf.MAX_INBOXES, allowed, noun="endpoint")
 
 
 def check_endpoint(endpoint: str, *, resolve: bool = False) -> None:
@@ -81,39 +66,16 @@ def check_endpoint(endpoint: str, *, resolve: bool = False) -> None:
     judged so, as the worker does before each connection; a name that does not
     resolve is refused.
     """
-    (clean,) = clean_inboxes([endpoint], conf.MAX_INBOXES, noun="endpoint")
-    allowed = parse_networks(conf.ALLOWED_NETWORKS)
-    _check_address(clean, allowed)
+    (clean,) = clean_endpoints([endpoint])
     if not resolve:
         return
     target = parse_target(clean)
     try:
-        resolve_checked(target.host, target.port, allowed)
+        resolve_checked(target.host, target.port, parse_networks(conf.ALLOWED_NETWORKS))
     except BlockedAddress as error:
         raise BlockedEndpoint(f"endpoint {clean!r}: {error}") from None
     except ResolveError as error:
         raise InvalidInbox(f"endpoint {clean!r}: {error}") from None
-
-
-def _check_address(endpoint: str, allowed: Sequence[IPNetwork]) -> None:
-    """Raise :class:`BlockedEndpoint` if the host of a checked URL means a refused address."""
-    host = inbox_host(endpoint).rstrip(".")
-    address = _address_in(host)
-    if address is not None and is_blocked(address, allowed):
-        raise BlockedEndpoint(
-            f"endpoint {endpoint!r} names {host}, which is not a public address "
-            "(OUTBOX_ALLOWED_NETWORKS lists the networks allowed)"
-        )
-
-
-def _address_in(host: str) -> IPAddress | None:
-    """The address ``host`` means without DNS, if it means one."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return _LOOPBACK  # RFC 6761: always the loopback interface
-    try:  # parse_target took no IPv4 address but a dotted quad (not 127.1, 2130706433)
-        return ipaddress.ip_address(host)
-    except ValueError:
-        return None
 
 
 def check_secrets(

@@ -35,14 +35,19 @@ class TooManyInboxes(InvalidSend):
     """One send names more distinct inboxes or endpoints than ``OUTBOX_MAX_INBOXES``."""
 
 
-class BlockedEndpoint(InvalidInbox):
-    """A webhook endpoint names an address deliveries may not reach.
+class BlockedInbox(InvalidInbox):
+    """An inbox, gateway or endpoint names an address deliveries may not reach.
 
     A loopback, private, link-local or otherwise non-public IP address written
-    in the URL, or ``localhost``, outside ``OUTBOX_ALLOWED_NETWORKS``.  Names
-    are not resolved at send time: the worker refuses those that resolve to
-    such an address when it connects.
+    in the URL, or ``localhost`` or a name under it, outside
+    ``OUTBOX_ALLOWED_NETWORKS``: what every worker would refuse without a DNS
+    look-up.  Names are not resolved at send time: the worker refuses those
+    that resolve to such an address when it connects.
     """
+
+
+class BlockedEndpoint(BlockedInbox):
+    """A webhook endpoint names an address deliveries may not reach (see :class:`BlockedInbox`)."""
 
 
 class InvalidActivity(InvalidSend):
@@ -55,6 +60,10 @@ class BodyTooLarge(InvalidSend):
 
 class UnknownSender(InvalidSend):
     """The actor or sender has no usable id, or the key resolver has no signing key for it."""
+
+
+class SenderTooLong(InvalidSend):
+    """The actor id or webhook sender is longer than the column that stores it."""
 
 
 class InvalidSenderKey(InvalidSend):

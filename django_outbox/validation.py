@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from django_outbox import columns
 from django_outbox.exceptions import (
+    BlockedEndpoint,
+    BlockedInbox,
     BodyTooLarge,
     InvalidActivity,
     InvalidBatch,
     InvalidInbox,
     InvalidSenderKey,
+    SenderTooLong,
     TooManyInboxes,
     UnknownSender,
 )
 from django_outbox.keys import InvalidSigningKey, SenderKey, load_private_key, valid_key_id
 from django_outbox.safe_text import shown as _shown
+from django_outbox.transport.addresses import IPNetwork, refusal_without_dns
 from django_outbox.transport.target import (
     Target,
     canonical_host,
@@ -40,6 +44,14 @@ _QUOTED = r'"(?:[\t\x20\x21\x23-\x5b\x5d-\x7e]|\\[\t\x20-\x7e])*"'
 _MEDIA_TYPE = re.compile(
     rf"{_TOKEN}/{_TOKEN}(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|{_QUOTED}))*", re.ASCII
 )
+#: In canonical URLs joined by newlines (each preceded by one), the hosts that may mean
+#: an address without DNS: those starting with a digit (a dotted quad, or a name such as
+#: 1password.com), IPv6 literals, and localhost names.  Only these are judged one by one,
+#: and only when one of the two cheap screens below finds a candidate at all.
+_NAMED_ADDRESS = re.compile(
+    r"\nhttps?://(\[[0-9a-f:.]*\]|[0-9][^/:\n]*|(?:[^/:\n]*\.)?localhost(?=[:/]))"
+)
+_LITERAL_SCREEN = re.compile(r"://[0-9\[]")
 
 
 def inbox_host(inbox: str) -> str:
@@ -47,22 +59,31 @@ def inbox_host(inbox: str) -> str:
     return canonical_host(inbox, columns.URL) or parse_target(inbox, columns.URL).host
 
 
-def clean_inboxes(inboxes: object, max_inboxes: int, noun: str = "inbox") -> list[str]:
+def clean_inboxes(
+    inboxes: object,
+    max_inboxes: int,
+    allowed_networks: Sequence[IPNetwork],
+    noun: str = "inbox",
+) -> list[str]:
     """The inboxes in canonical form, de-duplicated in their first order.
 
     Each inbox is read by :func:`~django_outbox.transport.target.parse_target`, as
     signing and the transport read it, and stored as its canonical URL (so two
     spellings of one URL are one inbox).  Raises
-    :class:`~django_outbox.exceptions.InvalidInbox` for the first bad one, or
-    :class:`~django_outbox.exceptions.TooManyInboxes` past ``max_inboxes`` distinct.
-    Error messages call each URL a ``noun`` (webhooks have endpoints).
+    :class:`~django_outbox.exceptions.InvalidInbox` for the first bad one,
+    :class:`~django_outbox.exceptions.TooManyInboxes` past ``max_inboxes`` distinct,
+    and :class:`~django_outbox.exceptions.BlockedInbox` for one that names an address
+    every worker would refuse (:func:`refuse_blocked_hosts`).  Error messages call each
+    URL a ``noun`` (webhooks have endpoints).
     """
     if isinstance(inboxes, str | bytes | bytearray):
         raise InvalidInbox(f"{noun}s must be a list of URLs, not a single string")
     if type(inboxes) is list or type(inboxes) is tuple:
         _refuse_too_many(inboxes, max_inboxes)
-        clean = _clean_well_formed(inboxes, max_inboxes)
-        if clean is not None:
+        fast = _clean_well_formed(inboxes, max_inboxes)
+        if fast is not None:
+            clean, lines = fast
+            _refuse_blocked(lines, allowed_networks, noun)
             return clean
     try:
         items = iter(inboxes)  # type: ignore[call-overload]
@@ -74,7 +95,41 @@ def clean_inboxes(inboxes: object, max_inboxes: int, noun: str = "inbox") -> lis
     for inbox in items:
         seen.setdefault(_read(inbox, noun).url, None)
         check_inbox_count(len(seen), max_inboxes)
+    refuse_blocked_hosts(list(seen), allowed_networks, noun)
     return list(seen)
+
+
+def refuse_blocked_hosts(
+    urls: list[str], allowed_networks: Sequence[IPNetwork], noun: str = "inbox"
+) -> None:
+    """Refuse canonical URLs whose host every worker would refuse without a DNS look-up.
+
+    An IP literal or ``localhost`` name that means an address outside
+    ``allowed_networks`` and not public raises :class:`BlockedInbox`
+    (:class:`BlockedEndpoint` for webhook endpoints): the rule is the transport's own
+    (:func:`~django_outbox.transport.addresses.refusal_without_dns`), so what ``send()``
+    accepts a worker will try.
+    """
+    _refuse_blocked("\n".join(urls), allowed_networks, noun)
+
+
+def _refuse_blocked(lines: str, allowed_networks: Sequence[IPNetwork], noun: str) -> None:
+    """:func:`refuse_blocked_hosts` for canonical URLs joined by newlines: two searches of
+    the whole text (a few milliseconds for 100,000 URLs) find the few hosts to judge."""
+    if _LITERAL_SCREEN.search(lines) is None and "localhost" not in lines:
+        return
+    joined = "\n" + lines
+    for match in _NAMED_ADDRESS.finditer(joined):
+        host = match[1].strip("[]")
+        why = refusal_without_dns(host, allowed_networks)
+        if why is not None:
+            end = joined.find("\n", match.end())
+            url = joined[match.start() + 1 : None if end < 0 else end]
+            refused = BlockedEndpoint if noun == "endpoint" else BlockedInbox
+            raise refused(
+                f"{noun} {_shown(url)} names {host}, which is not a public address: {why} "
+                "(OUTBOX_ALLOWED_NETWORKS lists the networks allowed)"
+            )
 
 
 def _read(inbox: object, noun: str) -> Target:
@@ -107,8 +162,11 @@ def check_inbox_count(count: int, max_inboxes: int) -> None:
         )
 
 
-def _clean_well_formed(inboxes: list[Any] | tuple[Any, ...], max_inboxes: int) -> list[str] | None:
-    """The inboxes de-duplicated if all are canonical URLs, checked in one match; else None.
+def _clean_well_formed(
+    inboxes: list[Any] | tuple[Any, ...], max_inboxes: int
+) -> tuple[list[str], str] | None:
+    """The inboxes de-duplicated if all are canonical URLs, checked in one match, and
+    joined by newlines; else None.
 
     ``None`` (also when an item is not a string, or cannot be hashed) sends the
     caller to the one-by-one check, which raises the error of the first bad inbox
@@ -124,7 +182,7 @@ def _clean_well_formed(inboxes: list[Any] | tuple[Any, ...], max_inboxes: int) -
     if lines.count("\n") != len(seen) - 1 or not well_formed_lines(lines, columns.URL):
         return None
     check_inbox_count(len(seen), max_inboxes)
-    return list(seen)
+    return list(seen), lines
 
 
 def serialise_activity(
@@ -206,11 +264,18 @@ def actor_id(actor: object) -> str:
 def _check_actor_id(value: str) -> str:
     if not value:
         raise UnknownSender("the actor is an empty string")
-    if len(value) > columns.URL or not value.isprintable():
-        raise UnknownSender(
-            f"the actor id {_shown(value)} must be printable and at most {columns.URL} characters"
-        )
+    check_sender_length(value, "actor id")
+    if not value.isprintable():
+        raise UnknownSender(f"the actor id {_shown(value)} must be printable")
     return str.__str__(value)
+
+
+def check_sender_length(value: str, noun: str) -> None:
+    """Raise :class:`SenderTooLong` if ``value`` does not fit the column of senders."""
+    if len(value) > columns.URL:
+        raise SenderTooLong(
+            f"the {noun} {_shown(value)} is {len(value)} characters long; at most {columns.URL} fit"
+        )
 
 
 def check_sender_key(sender: str, key: object) -> SenderKey:

@@ -22,6 +22,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], Sequence[str]]
 
+_LOOPBACK = ipaddress.IPv4Address("127.0.0.1")
+
 
 def parse_networks(values: Iterable[str]) -> tuple[IPNetwork, ...]:
     """Parse CIDR strings (``"10.0.0.0/8"``, ``"::1"``) into networks for the allowlist.
@@ -60,12 +62,36 @@ def _allowed(ip: IPAddress, allowed_networks: Sequence[IPNetwork]) -> bool:
     return any(ip in net for net in allowed_networks if net.version == ip.version)
 
 
-def _literal(host: str) -> IPAddress | None:
-    """Parse ``host`` as an IP literal (brackets and IPv6 zone allowed), else None."""
+def address_without_dns(host: str) -> IPAddress | None:
+    """The address ``host`` means without a DNS look-up, if it means one; else None.
+
+    An IP literal (brackets and IPv6 zone allowed) is that address; ``localhost`` and
+    every name under it are the loopback interface (RFC 6761), ``127.0.0.1``.  ``send()``
+    judges these at once, through :func:`refusal_without_dns`, and the transport
+    connects to them without asking DNS, so that both read a host alike.
+    """
+    if host == "localhost" or host.endswith(".localhost"):
+        return _LOOPBACK
+    if not host or not (host[0].isdigit() or ":" in host or host[0] == "["):
+        return None  # no IP literal: spare the exception below
     try:
         return ipaddress.ip_address(host.strip("[]"))
     except ValueError:
         return None
+
+
+def refusal(ip: IPAddress, allowed_networks: Sequence[IPNetwork] = ()) -> str | None:
+    """Why deliveries must not connect to ``ip`` (:func:`is_blocked`), or None if they may."""
+    if not is_blocked(ip, allowed_networks):
+        return None
+    return why_special(ip) or "outside the allowed networks"
+
+
+def refusal_without_dns(host: str, allowed_networks: Sequence[IPNetwork] = ()) -> str | None:
+    """Why deliveries must not go to ``host``, told without DNS (:func:`address_without_dns`
+    judged by :func:`refusal`); None if it means no address or an allowed one."""
+    address = address_without_dns(host)
+    return None if address is None else refusal(address, allowed_networks)
 
 
 def _getaddrinfo(host: str, port: int) -> list[str]:
@@ -85,16 +111,17 @@ def resolve_checked(
 
     Every resolved address is checked, not just the first: a host that answers with one
     public and one private address is refused, since a later connection attempt (or a
-    resolver with another order) would reach the private one.  IP literals skip DNS.
+    resolver with another order) would reach the private one.
+    IP literals and ``localhost`` names skip DNS (:func:`address_without_dns`).
     ``resolver`` replaces :func:`socket.getaddrinfo` (tests map made-up names to
     loopback with it); its answers are checked all the same.
 
     Raises :class:`ResolveError` if nothing resolves, :class:`BlockedAddress` if an
     address is refused.
     """
-    literal = _literal(host)
-    if literal is not None:
-        addresses = [literal]
+    named = address_without_dns(host)
+    if named is not None:
+        addresses = [named]
     else:
         try:
             raw = (resolver or _getaddrinfo)(host, port)
@@ -106,8 +133,8 @@ def resolve_checked(
             raise ResolveError(f"cannot resolve {host}: no addresses")
     unique = list(dict.fromkeys(addresses))
     for ip in unique:
-        if is_blocked(ip, allowed_networks):
-            where = host if literal is not None else f"{host} ({ip})"
-            why = why_special(ip) or "outside the allowed networks"
+        why = refusal(ip, allowed_networks)
+        if why is not None:
+            where = host if named is not None and str(ip) == host.strip("[]") else f"{host} ({ip})"
             raise BlockedAddress(f"blocked address: {where} is not a public address: {why}")
     return [str(ip) for ip in unique]

@@ -11,8 +11,9 @@ The canonical form, and what is refused:
 * scheme ``http`` or ``https``, lower case, followed by ``//``;
 * no credentials, no fragment (not even a bare ``#``), no backslash, no space and
   no control character anywhere;
-* a host name is lower-cased; a non-ASCII one is mapped (UTS 46) and turned into
-  A-labels with the ``idna`` package, and an ``xn--`` label must be a valid A-label.
+* a host name is lower-cased; a non-ASCII label is mapped (UTS 46) and turned into
+  an A-label with the ``idna`` package, unless it maps to plain ASCII (``ⓛⓞⓒⓐⓛⓗⓞⓢⓣ``
+  is ``localhost`` in disguise), and an ``xn--`` label must be a valid A-label.
   Labels are letters, digits, ``_`` and inner hyphens, 1 to 63 octets, at most 253 in
   all.  A trailing dot is refused: the name would differ from the TLS name and the
   Host header of the same server without it;
@@ -175,15 +176,32 @@ def _host_name(text: str, shown: str) -> str:
 
 
 def _to_ascii(text: str, shown: str) -> str:
-    """Map a non-ASCII host name (UTS 46) and turn its non-ASCII labels into A-labels."""
-    try:
-        mapped = idna.uts46_remap(text, std3_rules=False, transitional=False)
-        labels = mapped.split(".")
-        return ".".join(
-            label if label.isascii() else idna.alabel(label).decode("ascii") for label in labels
-        )
-    except UnicodeError as error:  # idna.IDNAError is a UnicodeError
-        raise InvalidInbox(f"inbox {shown} has a host that is not valid IDNA: {error}") from None
+    """A non-ASCII host name in A-labels: each non-ASCII label mapped (UTS 46), then
+    turned into an A-label (IDNA 2008).
+
+    A label that maps to plain ASCII is refused: enclosed alphanumerics
+    (``ⓛⓞⓒⓐⓛⓗⓞⓢⓣ`` maps to ``localhost``), fullwidth letters and digits, the Kelvin
+    sign are characters IDNA 2008 refuses, and an ASCII name written so is one in
+    disguise.
+    """
+    labels = []
+    for label in text.split("."):
+        if label.isascii():
+            labels.append(label.lower())
+            continue
+        try:  # idna.IDNAError is a UnicodeError
+            mapped = idna.uts46_remap(label, std3_rules=False, transitional=False)
+            if mapped.isascii():
+                raise InvalidInbox(
+                    f"inbox {shown} has a host label {label!r} that IDNA 2008 refuses: "
+                    f"it stands for the ASCII {mapped!r}"
+                )
+            labels.append(idna.alabel(mapped).decode("ascii"))
+        except UnicodeError as error:
+            raise InvalidInbox(
+                f"inbox {shown} has a host that is not valid IDNA: {error}"
+            ) from None
+    return ".".join(labels)
 
 
 def _valid_alabel(label: str) -> bool:

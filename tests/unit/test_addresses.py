@@ -10,8 +10,10 @@ import pytest
 from django_outbox.transport.addresses import (
     BlockedAddress,
     ResolveError,
+    address_without_dns,
     is_blocked,
     parse_networks,
+    refusal_without_dns,
     resolve_checked,
 )
 
@@ -74,12 +76,50 @@ def test_ipv4_mapped_address_is_judged_by_its_ipv4_part() -> None:
     assert not is_blocked(ipaddress.ip_address("::ffff:8.8.8.8"))
 
 
-def test_localhost_is_resolved_and_refused_unless_allowed() -> None:
-    with pytest.raises(BlockedAddress, match="localhost"):
-        resolve_checked("localhost", 80, ())
-    addresses = resolve_checked("localhost", 80, LOOPBACK)
-    assert addresses
-    assert all(ipaddress.ip_address(a).is_loopback for a in addresses)
+def test_localhost_names_are_loopback_without_dns_and_refused_unless_allowed() -> None:
+    def no_dns(host: str, port: int) -> list[str]:
+        raise AssertionError("localhost names are not looked up (RFC 6761)")
+
+    for name in ("localhost", "api.localhost"):
+        with pytest.raises(BlockedAddress, match=rf"{name} \(127\.0\.0\.1\).*Loopback"):
+            resolve_checked(name, 80, (), resolver=no_dns)
+        assert resolve_checked(name, 80, LOOPBACK, resolver=no_dns) == ["127.0.0.1"]
+
+
+@pytest.mark.parametrize(
+    ("host", "address"),
+    [
+        ("localhost", "127.0.0.1"),
+        ("a.b.localhost", "127.0.0.1"),
+        ("10.1.2.3", "10.1.2.3"),
+        ("[::1]", "::1"),
+        ("fe80::1%eth0", "fe80::1%eth0"),
+        ("localhost.example", None),
+        ("1password.example", None),
+        ("example.com", None),
+        ("", None),
+    ],
+)
+def test_what_a_host_means_without_dns(host: str, address: str | None) -> None:
+    found = address_without_dns(host)
+    assert (None if found is None else str(found)) == address
+
+
+def test_the_refusal_without_dns_is_the_transports_rule() -> None:
+    assert refusal_without_dns("example.com") is None  # left to DNS and the connect check
+    assert refusal_without_dns("8.8.8.8") is None
+    assert refusal_without_dns("localhost") == "Loopback (127.0.0.0/8, RFC 1122)"
+    assert refusal_without_dns("localhost", LOOPBACK) is None
+    assert refusal_without_dns("169.254.169.254") == "Link Local (169.254.0.0/16, RFC 3927)"
+    assert refusal_without_dns("::ffff:10.0.0.1", LOOPBACK) is not None
+    for host in ("localhost", "169.254.169.254", "::ffff:10.0.0.1", "8.8.8.8"):
+        refused = refusal_without_dns(host, LOOPBACK) is not None
+        try:
+            resolve_checked(host, 443, LOOPBACK)
+        except BlockedAddress:
+            assert refused
+        else:
+            assert not refused
 
 
 def test_one_private_answer_among_public_ones_refuses_the_host() -> None:

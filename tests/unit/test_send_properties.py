@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from django_outbox import Batch, outbox
-from django_outbox.exceptions import InvalidSend
+from django_outbox.conf import conf
+from django_outbox.exceptions import BlockedInbox, InvalidSend
 from django_outbox.models import Delivery
+from django_outbox.transport.addresses import parse_networks, refusal_without_dns
 from django_outbox.transport.target import parse_target
 from testproject.demo.keys import ACTOR
 from tests.unit.send_helpers import ACTIVITY, contacted_host, rows_written, signed_host_header
@@ -115,13 +117,21 @@ def mostly(good: st.SearchStrategy[Any], other: st.SearchStrategy[Any]) -> st.Se
     return st.integers(0, 2).flatmap(lambda n: other if n == 0 else good)
 
 
+def refused_by_workers(url: str) -> bool:
+    """Whether every worker would refuse ``url``'s host without DNS (as the settings allow)."""
+    allowed = parse_networks(conf.ALLOWED_NETWORKS)
+    return refusal_without_dns(parse_target(url).host, allowed) is not None
+
+
 def assert_stored_as_contacted() -> None:
-    """Each stored inbox is canonical; its host is the one contacted and signed."""
+    """Each stored inbox is canonical; its host is the one contacted and signed, and one
+    a worker will try."""
     for inbox, host in Delivery.objects.values_list("inbox", "host"):
         target = parse_target(inbox)
         assert target.url == inbox
         assert host == target.host == contacted_host(inbox)
         assert signed_host_header(inbox) == target.host_header
+        assert not refused_by_workers(inbox)
 
 
 @SETTINGS
@@ -135,12 +145,19 @@ def test_any_inboxes_are_stored_as_contacted_or_refused(inboxes: list[object]) -
 
 @SETTINGS
 @given(st.lists(VALID_URLS, min_size=1, max_size=6))
-def test_valid_urls_are_accepted_in_canonical_form(urls: list[str]) -> None:
+def test_valid_urls_are_accepted_in_canonical_form_unless_a_worker_refuses_them(
+    urls: list[str],
+) -> None:
     with transaction.atomic():
-        outbox.send(ACTOR, ACTIVITY, urls)
-        stored = set(Delivery.objects.values_list("inbox", flat=True))
-        assert stored == {parse_target(url).url for url in urls}
-        assert_stored_as_contacted()
+        if any(refused_by_workers(url) for url in urls):
+            with pytest.raises(BlockedInbox):
+                outbox.send(ACTOR, ACTIVITY, urls)
+            assert rows_written() == 0
+        else:
+            outbox.send(ACTOR, ACTIVITY, urls)
+            stored = set(Delivery.objects.values_list("inbox", flat=True))
+            assert stored == {parse_target(url).url for url in urls}
+            assert_stored_as_contacted()
         transaction.set_rollback(True)
 
 

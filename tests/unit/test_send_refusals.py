@@ -21,6 +21,7 @@ from django_outbox.exceptions import (
     InvalidInbox,
     InvalidSend,
     InvalidSenderKey,
+    SenderTooLong,
     UnknownSender,
 )
 from django_outbox.keys import SenderKey
@@ -66,7 +67,7 @@ CASES: list[tuple[str, Callable[[], Callable[[], object]], type[InvalidSend]]] =
     ("batch a string", lambda: send(batch="x"), InvalidBatch),
     ("batch a dict", lambda: send(batch={"tag": "x"}), InvalidBatch),
     ("NUL in the actor id", lambda: send(actor=ACTOR + "\x00x"), UnknownSender),
-    ("actor id too long", lambda: send(actor=ACTOR + "x" * 2048), UnknownSender),
+    ("actor id too long", lambda: send(actor=ACTOR + "x" * 2048), SenderTooLong),
     ("actor id None", lambda: send(actor=None), UnknownSender),
     ("CR/LF in the content type", lambda: send(content_type="a/b\r\nX-Evil: 1"), InvalidActivity),
     ("content type too long", lambda: send(content_type="a/" + "b" * 199), InvalidActivity),

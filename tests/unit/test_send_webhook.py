@@ -22,6 +22,7 @@ from django_outbox.exceptions import (
     InvalidInbox,
     InvalidSend,
     OutboxConfigurationError,
+    SenderTooLong,
     UnknownEndpoint,
     UnknownSender,
 )
@@ -90,7 +91,7 @@ def nothing_written() -> bool:
         ({"sender": ""}, UnknownSender),
         ({"sender": None}, UnknownSender),
         ({"sender": object()}, UnknownSender),
-        ({"sender": "s" * 2049}, UnknownSender),
+        ({"sender": "s" * 2049}, SenderTooLong),
         ({"webhook_id": "msg.1"}, InvalidWebhookMessage),
         ({"webhook_id": ""}, InvalidWebhookMessage),
         ({"webhook_id": "m" * 256}, InvalidWebhookMessage),
