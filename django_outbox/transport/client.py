@@ -25,8 +25,9 @@ more than convenience here:
 
 Redirects are returned, not followed, and proxies are never used (a proxy would
 connect to the host name, not to the checked address).  Neither ``requests`` nor
-urllib3 is on this path: parsing an answer in place on the loop costs a fraction of
-their per-request objects (see ``docs/benchmarks.md``).
+urllib3 is on this path: parsing an answer in place on the loop (with ``httptools``,
+:mod:`~django_outbox.transport.connection`) costs a fraction of their per-request
+objects (see ``docs/benchmarks.md``).
 """
 
 from __future__ import annotations

@@ -1,29 +1,39 @@
 """One HTTP/1.1 client connection on an asyncio event loop.
 
-:class:`HTTPConnection` is an :class:`asyncio.Protocol`: the loop hands it bytes
-as they arrive and it parses the answer in place, with no thread, no file object
-and no per-request parser objects.  It reads what a delivery needs and no more:
-the status, the headers and at most ``max_body`` bytes of the body; a longer
-body ends the connection instead of being drained.  A read timeout is a timer
-restarted on every chunk that arrives, so a server that goes quiet for
-``read_timeout`` seconds is cut off however long its answer had been flowing.
+:class:`HTTPConnection` is an :class:`asyncio.Protocol`: the loop hands it bytes as
+they arrive and ``httptools`` (bindings to llhttp, the parser of Node.js and uvicorn)
+parses them in place, one parser per connection, with no thread and no file object.
+It reads what a delivery needs and no more: the status, the headers and at most
+``max_body`` bytes of the body; a longer body ends the connection instead of being
+drained.  A read timeout is a timer restarted on every chunk that arrives, so a server
+that goes quiet for ``read_timeout`` seconds is cut off however long its answer had
+been flowing.
+
+Limits, whatever the server sends: a head (status line and headers, interim ``1xx``
+answers included) of at most :data:`MAX_HEAD` bytes and :data:`MAX_HEADER_LINES`
+lines; besides the body, at most ``2 * MAX_HEAD`` bytes in all (the head, then the
+trailers) and :data:`MAX_CHUNK_FRAMING` bytes of framing per chunk.  llhttp refuses
+what does not frame unambiguously (two Content-Lengths, Content-Length beside
+Transfer-Encoding, obsolete line folding, bare LF line ends).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Mapping
-from typing import NamedTuple
+from typing import NamedTuple, cast
+
+import httptools
 
 from django_outbox.transport.errors import ProtocolFailed, TimedOut
 
-#: The longest status line plus headers accepted, as http.client's line limits allow.
+#: The longest head accepted (status line, headers and the blank line), 64 KiB as
+#: http.client's line limits allow.
 MAX_HEAD = 64 * 1024
-_MAX_HEADERS = 200
-# States of a chunked body besides "bytes left of the current chunk".
-_SIZE_LINE = -1  # a chunk size line comes next
-_TRAILERS = -2  # the last chunk was read; trailers up to a blank line come next
-_CHUNK_END = -3  # a chunk's bytes were all read; its closing CRLF comes next
+#: The most lines a head may have, its status line included.
+MAX_HEADER_LINES = 200
+#: The bytes a chunk may spend besides its data: size line (with extensions) and CRLFs.
+MAX_CHUNK_FRAMING = 1024
 
 
 class Headers(Mapping[str, str]):
@@ -60,6 +70,10 @@ class Answer(NamedTuple):
     complete: bool
 
 
+class _Stop(Exception):
+    """Raised in a parser callback to stop parsing: the reason is on the connection."""
+
+
 class HTTPConnection(asyncio.Protocol):
     """A keep-alive HTTP/1.1 connection that sends one request at a time."""
 
@@ -67,19 +81,27 @@ class HTTPConnection(asyncio.Protocol):
         self._max_body = max_body
         self._read_timeout = read_timeout
         self._transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
         self._answer: asyncio.Future[Answer] | None = None
         self._timer: asyncio.TimerHandle | None = None
         # Loop time until which the server may stay quiet, pushed on by each arrival
         # without touching the timer, which looks at it when it fires.
         self._quiet_until = 0.0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._head: tuple[int, Headers] | None = None
+        self._parser = httptools.HttpResponseParser(self)
+        # The answer being read (reset by exchange; the head's part by each 1xx too).
+        self._start = b""  # its first bytes, to show in errors about the status line
+        self._fed = 0  # bytes handed to the parser
         self._body = bytearray()
-        # How the body ends: "length" (bytes left), "chunked", "close", or "" (no body).
-        self._framing = ""
-        self._left = 0
-        self._chunk_left = _SIZE_LINE  # bytes left of the current chunk, or a state
+        self._chunks = 0
+        self._items: dict[str, str] = {}
+        self._lines = 0  # of the head being read
+        self._status = 0
+        self._head_done = False  # the final (non-1xx) head was read
+        self._until_close = False  # its body ends when the server closes
+        self._done = False  # the final answer was read whole
+        self._stop: ProtocolFailed | None = None  # why a callback stopped the parser
+        self._cut = False  # the body went over max_body
+        self._extra = False  # bytes came after the answer
         self._keep_alive = True
         self.closed = False
         #: Whether any byte of an answer arrived (a connect that then hangs up sent nothing).
@@ -88,9 +110,9 @@ class HTTPConnection(asyncio.Protocol):
     # -- asyncio.Protocol ------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Keep the transport to write to."""
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        """Keep the transport to write to (uvloop's transports do not derive from
+        asyncio's classes, though they have their methods)."""
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         """Parse what arrived; complete the answer when it is whole."""
@@ -98,18 +120,24 @@ class HTTPConnection(asyncio.Protocol):
             self.close()  # bytes nobody asked for: the connection cannot be trusted
             return
         self.answered = True
-        self._buffer += data
+        if len(self._start) < 80:
+            self._start += data[: 80 - len(self._start)]
         if self._loop is not None:
             self._quiet_until = self._loop.time() + self._read_timeout
         try:
-            self._parse()
+            self._feed(memoryview(data))
         except ProtocolFailed as error:
             self._fail(error)
+            return
+        if self._cut:
+            self._finish(complete=False)
+        elif self._done:
+            self._finish(complete=True)
 
     def eof_received(self) -> bool:
         """The server finished sending: a close-delimited body ends here."""
         if self._answer is not None and not self._answer.done():
-            if self._head is not None and self._framing == "close":
+            if self._head_done and self._until_close:
                 self._keep_alive = False
                 self._finish(complete=True)
             else:
@@ -132,9 +160,11 @@ class HTTPConnection(asyncio.Protocol):
             raise ProtocolFailed("the connection is closed")
         loop = asyncio.get_running_loop()
         self._answer = loop.create_future()
-        self._head, self._framing, self._keep_alive = None, "", True
+        self._start, self._fed, self._chunks = b"", 0, 0
         self._body.clear()
-        self._buffer.clear()
+        self._new_head()
+        self._head_done = self._until_close = self._done = self._cut = self._extra = False
+        self._stop, self._keep_alive = None, True
         self.answered = False
         self._transport.write(request)
         self._loop = loop
@@ -164,110 +194,108 @@ class HTTPConnection(asyncio.Protocol):
 
     # -- parsing ---------------------------------------------------------------------
 
-    def _parse(self) -> None:
-        buffer = self._buffer
-        while self._head is None:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0 or end > MAX_HEAD:
-                if len(buffer) > MAX_HEAD:
-                    raise ProtocolFailed("the answer's headers are too long")
+    def _feed(self, data: memoryview) -> None:
+        """Hand ``data`` to the parser, the head in pieces that keep it within MAX_HEAD."""
+        while data:
+            piece = data if self._head_done else data[: MAX_HEAD - self._fed]
+            if not piece:
+                raise ProtocolFailed("the answer's headers are too long")
+            data = data[len(piece) :]
+            self._fed += len(piece)
+            try:
+                self._parser.feed_data(piece)
+            except httptools.HttpParserUpgrade:
+                raise ProtocolFailed("the server switched protocols, unasked") from None
+            except httptools.HttpParserError as error:
+                if self._stop is not None:
+                    raise self._stop from None
+                if self._cut or self._extra:
+                    return
+                raise self._malformed(error) from None
+            if self._fed - len(self._body) > 2 * MAX_HEAD + self._chunks * MAX_CHUNK_FRAMING:
+                raise ProtocolFailed("the answer's trailers or chunk framing are too long")
+            if self._done:
                 return
-            status, headers = _parse_head(bytes(buffer[:end]))
-            del buffer[: end + 4]
-            if status >= 200:  # 1xx answers are interim: the real one follows
-                self._head = (status, headers)
-                self._choose_framing(status, headers)
-        if self._framing == "length":
-            count = min(self._left, len(buffer))
-            if self._take(count):
-                del buffer[:count]
-                self._left -= count
-                if self._left == 0:
-                    self._finish(complete=True)
-        elif self._framing == "chunked":
-            self._parse_chunks()
-        elif self._framing == "close":
-            if self._take(len(buffer)):
-                del buffer[:]
-        else:
-            self._finish(complete=True)
 
-    def _choose_framing(self, status: int, headers: Headers) -> None:
-        if "close" in (headers.get("connection") or "").lower():
-            self._keep_alive = False
-        if status in (204, 304):
-            self._framing = ""
-        elif "chunked" in (headers.get("transfer-encoding") or "").lower():
-            self._framing, self._chunk_left = "chunked", _SIZE_LINE
-        elif (length := headers.get("content-length")) is not None:
-            if not length.strip().isdigit():
-                raise ProtocolFailed(f"invalid Content-Length {length[:40]!r}")
-            self._left = int(length)
-            self._framing = "length" if self._left else ""
-        else:
-            self._framing, self._keep_alive = "close", False
+    def _malformed(self, error: httptools.HttpParserError) -> ProtocolFailed:
+        if self._status or self._lines > 1:  # past the status line
+            return ProtocolFailed(f"malformed answer: {error}")
+        line = self._start.split(b"\r\n", 1)[0]
+        return ProtocolFailed(f"not an HTTP/1.x status line: {line[:60]!r} ({error})")
 
-    def _parse_chunks(self) -> None:
-        buffer = self._buffer
-        while True:
-            if self._chunk_left == _SIZE_LINE:
-                end = buffer.find(b"\r\n")
-                if end < 0:
-                    if len(buffer) > 1024:
-                        raise ProtocolFailed("a chunk size line is too long")
-                    return
-                size = bytes(buffer[:end]).split(b";", 1)[0].strip()
-                del buffer[: end + 2]
-                if not size or len(size) > 16 or size.strip(b"0123456789abcdefABCDEF"):
-                    raise ProtocolFailed(f"invalid chunk size {size[:20]!r}")
-                self._chunk_left = int(size, 16) or _TRAILERS
-            elif self._chunk_left == _TRAILERS:
-                if buffer.startswith(b"\r\n"):
-                    end = 2
-                elif (end := buffer.find(b"\r\n\r\n")) >= 0:
-                    end += 4
-                else:
-                    if len(buffer) > MAX_HEAD:
-                        raise ProtocolFailed("the answer's trailers are too long")
-                    return
-                del buffer[:end]
-                self._finish(complete=True)
-                return
-            elif self._chunk_left == _CHUNK_END:
-                if len(buffer) < 2:
-                    return
-                if buffer[:2] != b"\r\n":
-                    raise ProtocolFailed("a chunk does not end where its size says")
-                del buffer[:2]
-                self._chunk_left = _SIZE_LINE
-            else:
-                count = min(len(buffer), self._chunk_left)
-                if count and not self._take(count):
-                    return
-                del buffer[:count]
-                self._chunk_left -= count
-                if self._chunk_left:
-                    return
-                self._chunk_left = _CHUNK_END
+    def _new_head(self) -> None:
+        self._items = {}
+        self._lines = 1
+        self._status = 0
 
-    def _take(self, count: int) -> bool:
-        """Keep ``count`` more bytes of body; past the cap, end the answer cut (False)."""
+    def _refuse(self, reason: str) -> None:
+        self._stop = ProtocolFailed(reason)
+        raise _Stop
+
+    # -- httptools callbacks ---------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        """A new answer starts: after the final one, bytes nobody asked for."""
+        if self._done:
+            self._extra = True
+            raise _Stop
+        self._new_head()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """Keep a header of the head (repeated ones joined); trailers are not kept."""
+        if self._head_done:
+            return
+        self._lines += 1
+        if self._lines > MAX_HEADER_LINES:
+            self._refuse(f"too many headers: more than {MAX_HEADER_LINES - 1}")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1").strip()
+        self._items[key] = f"{self._items[key]}, {text}" if key in self._items else text
+
+    def on_headers_complete(self) -> None:
+        """A head is read: check its status line; the final one decides the framing."""
+        status = self._status = self._parser.get_status_code()
+        version = self._parser.get_http_version()
+        if not version.startswith("1.") or not 100 <= status <= 999:
+            line = self._start.split(b"\r\n", 1)[0]
+            self._refuse(f"not an HTTP/1.x status line: {line[:60]!r}")
+        if status < 200:
+            return  # interim: the real answer follows
+        self._head_done = True
+        self._keep_alive = self._parser.should_keep_alive()
+        framed = (
+            "content-length" in self._items
+            or "chunked" in self._items.get("transfer-encoding", "").lower()
+        )
+        self._until_close = status not in (204, 304) and not framed
+
+    def on_body(self, body: bytes) -> None:
+        """Keep ``body`` up to the cap; past it, stop: the answer ends cut."""
         room = self._max_body - len(self._body)
-        if count > room:
-            self._body += self._buffer[:room]
-            self._keep_alive = False
-            self._finish(complete=False)
-            return False
-        self._body += self._buffer[:count]
-        return True
+        if len(body) > room:
+            self._body += body[:room]
+            self._cut = True
+            raise _Stop
+        self._body += body
+
+    def on_chunk_header(self) -> None:
+        """A chunk starts: its framing is allowed for."""
+        self._chunks += 1
+
+    def on_message_complete(self) -> None:
+        """An answer was read whole: an interim one is forgotten, the final one kept."""
+        if self._head_done:
+            self._done = True
+
+    # -- the outcome -----------------------------------------------------------------
 
     def _finish(self, *, complete: bool) -> None:
-        if self._answer is None or self._answer.done() or self._head is None:
+        if self._answer is None or self._answer.done():
             return
-        status, headers = self._head
-        self._answer.set_result(Answer(status, headers, bytes(self._body), complete))
-        if not complete or self._buffer:
-            self.close()  # unread bytes: the connection is not in a known state
+        answer = Answer(self._status, Headers(self._items), bytes(self._body), complete)
+        self._answer.set_result(answer)
+        if not complete or self._extra or not self._keep_alive:
+            self.close()  # cut, unread bytes, or the server said so: not in a known state
 
     def _fail(self, error: Exception) -> None:
         if self._answer is not None and not self._answer.done():
@@ -293,24 +321,3 @@ class HTTPConnection(asyncio.Protocol):
         self._timer = None
         waited = f"{self._read_timeout:g} s without a byte"
         self._fail(TimedOut(f"timed out waiting for the answer: {waited}"))
-
-
-def _parse_head(head: bytes) -> tuple[int, Headers]:
-    """The status and headers of a response head (without its closing blank line)."""
-    lines = head.split(b"\r\n")
-    status_line = lines[0]
-    parts = status_line.split(b" ", 2)
-    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-        raise ProtocolFailed(f"not an HTTP/1.x status line: {status_line[:60]!r}")
-    status = int(parts[1])
-    if not 100 <= status <= 999 or len(lines) > _MAX_HEADERS:
-        raise ProtocolFailed(f"invalid status line or too many headers: {status_line[:60]!r}")
-    items: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(b":")
-        if not colon or not name or name != name.strip():
-            raise ProtocolFailed(f"invalid header line {line[:60]!r}")
-        key = name.decode("latin-1").lower()
-        text = value.strip().decode("latin-1")
-        items[key] = f"{items[key]}, {text}" if key in items else text
-    return status, Headers(items)

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import os
-import re
 import socket
 import ssl
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import pytest
 from django_outbox.transport import TimedOut
 from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.loop_transport import LoopTransport
+from tests.support.raw_server import RawServer
 
 JSON = {"Content-Type": "application/activity+json"}
 
@@ -113,38 +112,16 @@ def test_connections_of_forgotten_addresses_are_closed() -> None:
 
 
 def test_chunked_answers_are_read_whole_and_keep_the_connection() -> None:
-    listener = socket.create_server(("127.0.0.1", 0))
     answer = (
         b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"
     )
-
-    def serve() -> None:  # one connection only: a second one would never be answered
-        conn, _ = listener.accept()
-        conn.settimeout(5)
-        with conn:
-            buffer = b""
-            for _ in range(2):
-                while b"\r\n\r\n" not in buffer:
-                    buffer += conn.recv(65536)
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                found = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
-                length = int(found.group(1)) if found else 0
-                while len(buffer) < length:
-                    buffer += conn.recv(65536)
-                buffer = buffer[length:]
-                conn.sendall(answer)
-
-    thread = threading.Thread(target=serve)
-    thread.start()
-    try:
-        transport = make_transport(total_timeout=2.0)
-        url = f"http://127.0.0.1:{listener.getsockname()[1]}/inbox"
+    transport = make_transport(total_timeout=2.0)
+    with RawServer([[answer], [answer]]) as server:
         for _ in range(2):
-            response = transport.post(url, JSON, b'{"a": 1}')
+            response = transport.post(server.url, JSON, b'{"a": 1}')
             assert (response.status, response.body) == (200, b"abcde")
-    finally:
-        thread.join(10)
-        listener.close()
+        transport.close()
+    assert server.connections == 1
 
 
 def test_each_event_loop_keeps_its_own_connections() -> None:
