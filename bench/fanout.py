@@ -52,13 +52,15 @@ def one(env: Env, given: Sequence[Any], with_expand: bool) -> dict[str, Any]:
     from django_outbox.conf import conf
     from django_outbox.fanout import expand
     from django_outbox.recipients import collapse
+    from django_outbox.transport.addresses import parse_networks
     from django_outbox.validation import clean_inboxes
 
     reset_state(env)
     busy = wait_quiet()
     t0 = time.perf_counter()
     own = [urlsplit(ACTOR).hostname or ""]
-    targets = clean_inboxes(collapse(given, exclude_hosts=own), conf.MAX_INBOXES)
+    allowed = parse_networks(conf.ALLOWED_NETWORKS)
+    targets = clean_inboxes(collapse(given, exclude_hosts=own), conf.MAX_INBOXES, allowed)
     validate = time.perf_counter() - t0
     t0 = time.perf_counter()
     message = outbox.send(ACTOR, activity(len(given)), given)

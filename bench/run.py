@@ -63,7 +63,12 @@ SCENARIOS: dict[str, Scenario] = {
     "components": components.run,
 }
 #: Run only when named with --only (they take minutes and size recommendations).
-OPTIONAL: dict[str, Scenario] = {"experiments": experiments.run, "nodes": nodes.run}
+OPTIONAL: dict[str, Scenario] = {
+    "experiments": experiments.run,
+    "nodes": nodes.run,
+    "cpu-bound-uvloop": throughput.cpu_bound_uvloop,
+    "latency-bound-uvloop": throughput.latency_bound_uvloop,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -126,3 +126,17 @@ def latency_bound(env: Env, quick: bool) -> dict[str, Any]:
 def latency_bound_ed25519(env: Env, quick: bool) -> dict[str, Any]:
     """The latency-bound run signed with Ed25519, whose cheaper signing leaves more CPU."""
     return run(env, replace(_latency_shape(quick), actor=ED_ACTOR), label="latency-bound-ed25519")
+
+
+#: The engine's loops on uvloop (``pip install 'django-outbox[uvloop]'``).
+UVLOOP = {"OUTBOX_EVENT_LOOP": "uvloop"}
+
+
+def cpu_bound_uvloop(env: Env, quick: bool) -> dict[str, Any]:
+    """The cpu-bound run with the workers' engines on uvloop."""
+    return run(env, _cpu_shape(quick), settings=UVLOOP, label="cpu-bound-uvloop")
+
+
+def latency_bound_uvloop(env: Env, quick: bool) -> dict[str, Any]:
+    """The latency-bound run with the workers' engines on uvloop."""
+    return run(env, _latency_shape(quick), settings=UVLOOP, label="latency-bound-uvloop")

@@ -11,7 +11,7 @@ per POST (``time.process_time``: every thread) and of the rate.  The clients,
 interleaved within each repeat:
 
 * ``Transport``: the package's transport, ``T`` coroutines on one event loop, as in
-  a worker process;
+  a worker process (``Transport on uvloop``: the same on uvloop's loop);
 * ``urllib3 pool``: a bare urllib3 connection pool per host, ``T`` threads;
 * ``http.client``: one keep-alive connection per host and thread (the bare loop's).
 
@@ -91,9 +91,13 @@ def http_client_client() -> Callable[[], Post]:
     return factory
 
 
-def run_transport(urls: list[str], posts: int, at_once: int) -> tuple[float, float]:
-    """``posts`` POSTs by the package's transport, ``at_once`` coroutines on one loop."""
+def run_transport(
+    urls: list[str], posts: int, at_once: int, event_loop: str = "asyncio"
+) -> tuple[float, float]:
+    """``posts`` POSTs by the package's transport, ``at_once`` coroutines on one loop
+    (``event_loop``: asyncio's or uvloop's, as ``OUTBOX_EVENT_LOOP`` says)."""
     from django_outbox.transport import Transport
+    from django_outbox.transport.loops import loop_factory
 
     per_task = posts // at_once
     headers = {url: signed_headers(url) for url in urls}
@@ -109,7 +113,7 @@ def run_transport(urls: list[str], posts: int, at_once: int) -> tuple[float, flo
     async def everything(count: int) -> None:
         await asyncio.gather(*(task(targets, count) for targets in mine))
 
-    loop = asyncio.new_event_loop()
+    loop = loop_factory(event_loop)()
     try:
         loop.run_until_complete(everything(1))  # connections opened outside the measure
         cpu, wall = time.process_time(), time.perf_counter()
@@ -177,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     clients: dict[str, Callable[[], Callable[[], Post]] | None] = {
         "Transport": None,  # not threads: see run_transport
+        "Transport on uvloop": None,
         "urllib3 pool": urllib3_client,
         "http.client": http_client_client,
     }
@@ -200,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
             for mode, threads in modes.items():
                 for name, factory in factories.items():
                     if factory is None:
-                        figure = run_transport(urls, options.posts, threads)
+                        loop = "uvloop" if name.endswith("uvloop") else "asyncio"
+                        figure = run_transport(urls, options.posts, threads, loop)
                     else:
                         figure = run_once(factory, urls, options.posts, threads)
                     figures.setdefault((name, mode), []).append(figure)

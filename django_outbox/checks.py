@@ -15,6 +15,7 @@ from django_outbox.payments.paying import payment_client, payment_seconds
 from django_outbox.payments.settings import DEFAULTS, problems
 from django_outbox.signing.http import Scheme
 from django_outbox.transport.addresses import parse_networks
+from django_outbox.transport.loops import loop_factory
 
 _POSITIVE = (
     "MAX_BODY_BYTES",
@@ -59,6 +60,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         errors.append(Error(f"OUTBOX_ALLOWED_NETWORKS: {error}", id="django_outbox.E004"))
     errors.extend(_check_caches())
     errors.extend(_check_payments())
+    try:
+        loop_factory(conf.EVENT_LOOP)
+    except OutboxConfigurationError as error:
+        errors.append(Error(str(error), id="django_outbox.E018"))
     for name in _POSITIVE:
         try:
             value = getattr(conf, name)

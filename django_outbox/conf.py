@@ -277,6 +277,11 @@ class Settings:
         return None if value is None else str(value)
 
     @property
+    def EVENT_LOOP(self) -> str:
+        """The event loops of a worker's engine: ``"asyncio"`` or ``"uvloop"``."""
+        return str(_get("OUTBOX_EVENT_LOOP", "asyncio"))
+
+    @property
     def CONCURRENCY(self) -> int:
         """Deliveries in flight at once in one worker process."""
         return int(_get("OUTBOX_CONCURRENCY", 256))

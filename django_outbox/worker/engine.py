@@ -70,8 +70,9 @@ class Engine(Generic[J]):
     silent server) stop counting, up to four such caps, so that silent servers do not
     stop the claims for every other host until their requests time out.  Urgent
     jobs, and jobs running for more than ``slow_after`` seconds, do not count against
-    ``concurrency``; at most ``max_in_flight`` run in all.  All methods but the work
-    itself may be called from any thread.
+    ``concurrency``; at most ``max_in_flight`` run in all.  ``new_loop`` makes its two
+    loops (asyncio's, or uvloop's).  All methods but the work itself may be called from
+    any thread.
     """
 
     def __init__(
@@ -87,6 +88,7 @@ class Engine(Generic[J]):
         max_in_flight: int | None = None,
         slow_after: float = SLOW_AFTER,
         on_turn: Callable[[int], None] | None = None,
+        new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
     ) -> None:
         self._work = work
         self._host_of = host_of
@@ -114,7 +116,7 @@ class Engine(Generic[J]):
         # Per loop, by urgency (index 0: the urgent loop): a pump is on its way.
         self._pump_scheduled = [False, False]
         self._on_turn = on_turn
-        self._loops = (asyncio.new_event_loop(), asyncio.new_event_loop())
+        self._loops = (new_loop(), new_loop())
         #: The threads of the urgent loop and of the main loop, in that order.
         self.threads = tuple(
             threading.Thread(target=self._run_loop, args=(lane,), name=name, daemon=True)

@@ -43,6 +43,7 @@ from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import release, release_claim
 from django_outbox.transport import Transport
+from django_outbox.transport.loops import loop_factory
 from django_outbox.worker.attempt import Job, first_origins, perform
 from django_outbox.worker.callbacks import Remembered, call_each
 from django_outbox.worker.engine import Engine
@@ -106,6 +107,7 @@ class WorkerProcess:
             per_host=conf.PER_HOST,
             max_in_flight=conf.MAX_IN_FLIGHT,
             on_turn=lambda lane: loops[lane].tick(),
+            new_loop=loop_factory(conf.EVENT_LOOP),
         )
         for part in (*loops, self.tasks, self.recorder.part):
             self.supervisor.add(part)
