@@ -14,8 +14,11 @@ it cannot run out while the payment is on its way.
 (a worker imports it as it starts, when payments are on: :func:`load_decoder`), so this
 module loads without it.  Decoding verifies the invoice's signature (the ``bolt11``
 package recovers or checks the payee key) and requires a payment hash, a payment secret
-and a description.  A process keeps the last invoices it decoded: the worker checks an
-invoice before paying it, and the payment client reads it again to pay.
+(LND refuses to pay an invoice without one) and a description; an amount that is not a
+whole number of millisatoshis (``15p``) is refused, as LND and Core Lightning refuse
+it, so that the amount checked is the amount a node pays.  A process keeps the last
+invoices it decoded: the worker checks an invoice before paying it, and the payment
+client reads it again to pay.
 """
 
 from __future__ import annotations
@@ -114,6 +117,10 @@ def decode_invoice(invoice: str) -> DecodedInvoice:
     # it raises, the invoice cannot be used.
     except Exception as exc:
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, type(exc).__name__) from None
+    if _sub_millisatoshi(invoice, decoded.currency):
+        # bolt11 rounds 15p (1.5 msat) down to 1 msat; LND and Core Lightning refuse
+        # to pay such an invoice, so the amount checked would not be the amount paid.
+        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "a sub-millisatoshi amount")
     amount = None if decoded.amount_msat is None else int(decoded.amount_msat)
     if amount is not None and amount <= 0:
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "amount is not positive")
@@ -126,6 +133,13 @@ def decode_invoice(invoice: str) -> DecodedInvoice:
         expiry=expiry,
         payee=payee or "",
     )
+
+
+def _sub_millisatoshi(invoice: str, currency: str) -> bool:
+    """Whether the invoice's amount is in pico-bitcoin and not a whole number of msat."""
+    hrp = invoice[: invoice.rfind("1")].lower()
+    amount = hrp[2 + len(currency) :]  # after "ln" and the currency prefix
+    return amount.endswith("p") and int(amount[:-1]) % 10 != 0
 
 
 def load_decoder() -> None:

@@ -51,9 +51,15 @@ def write_invoice(
     description: str,
     expiry: int,
     min_final_cltv: int = 40,
+    amount_text: str | None = None,
 ) -> str:
-    """A BOLT11 invoice signed with ``key`` (32 bytes); hashes in hex."""
-    hrp = f"ln{network}{_amount(amount_msat) if amount_msat else ''}"
+    """A BOLT11 invoice signed with ``key`` (32 bytes); hashes in hex.
+
+    ``amount_text`` writes the amount as given (``"15p"``) instead of as the shortest
+    form of ``amount_msat``: for tests of amounts a node would not pay as written.
+    """
+    amount = _amount(amount_msat) if amount_msat else ""
+    hrp = f"ln{network}{amount if amount_text is None else amount_text}"
     data = [
         *_number(timestamp, 7),
         *_field("p", _words(bytes.fromhex(payment_hash))),
