@@ -175,6 +175,16 @@ class Settings:
         return float(_get("OUTBOX_RETRY_AFTER_CAP", 24 * 3600.0))
 
     @property
+    def THROTTLE_CAP(self) -> float:
+        """Longest a ``429`` holds its host, in seconds, whatever its ``Retry-After``."""
+        return float(_get("OUTBOX_THROTTLE_CAP", 300.0))
+
+    @property
+    def RELEASE_STEP(self) -> int:
+        """Held deliveries of a host released early by each success that frees it."""
+        return int(_get("OUTBOX_RELEASE_STEP", 4))
+
+    @property
     def WAIT_AS_ASKED(self) -> bool:
         """Wait at least as long as ``Retry-After`` or an open breaker asks."""
         return bool(_get("OUTBOX_WAIT_AS_ASKED", True))

@@ -6,7 +6,7 @@ deliveries to it are settled as ``skipped`` instead of sent, except those
 ``OUTBOX_SKIP_UNAVAILABLE`` keeps (by default a ``Follow`` still goes, so a
 server that comes back can be followed again).  Any success, or the admin
 action, makes it available again.  Only failures of the server count (5xx,
-408, 429, no answer): a 410 from a shared inbox says an actor is gone, not
+408, no answer; not a 429): a 410 from a shared inbox says an actor is gone, not
 that the server is, so refusals never mark a host.
 """
 

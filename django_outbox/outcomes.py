@@ -20,12 +20,19 @@ def permanent_status(status: int) -> bool:
 
 
 def server_failed(status: int | None) -> bool:
-    """Whether an answer says the server is not working: none, 5xx, 408 or 429.
+    """Whether an answer says the server is not working: none, 5xx or 408.
 
     Only these count towards a circuit breaker and a host's failure days; an
-    answer that will not change (a 404, a 410) is the server working.
+    answer that will not change (a 404, a 410) is the server working, and a ``429``
+    is a working server asking to be left alone for a while (:func:`throttled`).
     """
-    return status is None or status >= 500 or status in (408, 429)
+    return status is None or status >= 500 or status == 408
+
+
+def throttled(status: int | None) -> bool:
+    """Whether an answer is throttling (``429 Too Many Requests``): not a failure; it
+    holds the host for the time asked."""
+    return status == 429
 
 
 #: ``Outcome.failure`` of an attempt that went wrong on our side, not the host's: an
@@ -69,7 +76,8 @@ class Outcome:
     ``retry_after`` is what the server asked with ``Retry-After`` and
     ``held_for`` how long an open breaker (or a payment) asks to wait, both in
     seconds.  The next four say what the attempt did, for its history and the
-    metrics; ``payment`` what the attempt paid, or asks the recorder to store.
+    metrics; ``payment`` what the attempt paid, or asks the recorder to store;
+    ``released`` the hosts whose held deliveries may come back now.
     """
 
     row: ClaimedRow
@@ -90,11 +98,12 @@ class Outcome:
     #: or no request was made.
     failure: str = ""
     payment: PaymentReport | None = None
+    released: tuple[str, ...] = ()
 
     @property
     def host_failed(self) -> bool:
         """Whether this outcome counts against its host (breaker, failure days): a
-        retry after no answer, a 5xx, a 408 or a 429; not a failure of our own."""
+        retry after no answer, a 5xx or a 408; not a 429, nor a failure of our own."""
         return (
             self.result is AttemptResult.RETRY
             and self.failure != INTERNAL

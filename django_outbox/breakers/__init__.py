@@ -13,6 +13,7 @@ from django_outbox.breakers.policy import (
     BreakerState,
     BreakerStore,
     BreakerStoreUnavailable,
+    Report,
     breaker_key,
 )
 from django_outbox.breakers.redis_store import RedisBreakerStore
@@ -26,5 +27,6 @@ __all__ = [
     "BreakerStoreUnavailable",
     "MemoryBreakerStore",
     "RedisBreakerStore",
+    "Report",
     "breaker_key",
 ]

@@ -8,12 +8,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from django_outbox.breakers.policy import (
     BUSY_WAIT,
     Admission,
     BreakerPolicy,
     BreakerState,
+    Report,
     breaker_state,
     held,
     latest,
@@ -28,6 +30,8 @@ class _Breaker:
     probe_until: float = 0.0
     awaiting: dict[str, float] = field(default_factory=dict)  # token: counts until
     changed: float = 0.0
+    held_until: float = 0.0  # when the last delivery it held comes back by itself
+    throttled_until: float = 0.0
 
 
 class MemoryBreakerStore:
@@ -54,24 +58,47 @@ class MemoryBreakerStore:
             if state is None:
                 state = self._breakers[key] = _Breaker()
             token = str(next(self._tokens))
+            if now < state.throttled_until:
+                return self._hold(key, state, now, state.throttled_until - now, "throttled")
             if state.open_until is not None:
                 if now < state.open_until:
-                    return held(state.open_until - now, "open")
+                    return self._hold(key, state, now, state.open_until - now, "open")
                 if state.probe is not None and now < state.probe_until:
-                    return held(state.probe_until - now, "open")
+                    return self._hold(key, state, now, state.probe_until - now, "open")
                 state.probe, state.probe_until, state.failures = token, now + policy.cool_off, 0
                 self._touch(key, state, now)
                 return Admission("probe", token=token)
             state.awaiting = {t: until for t, until in state.awaiting.items() if until > now}
             if state.awaiting and state.failures + len(state.awaiting) >= policy.threshold:
-                return held(_busy_wait(state.failures, min(state.awaiting.values()) - now), "busy")
+                wait = _busy_wait(state.failures, min(state.awaiting.values()) - now)
+                return self._hold(key, state, now, wait, "busy")
             state.awaiting[token] = now + policy.answer_within
             self._touch(key, state, now)
             return Admission("pass", token=token)
 
+    def _hold(
+        self,
+        key: str,
+        state: _Breaker,
+        now: float,
+        wait: float,
+        why: Literal["open", "busy", "throttled"],
+    ) -> Admission:
+        """A ``held`` admission, noting until when this breaker has holds running."""
+        admission = held(wait, why)
+        state.held_until = max(state.held_until, now + admission.retry_in)
+        self._touch(key, state, now)
+        return admission
+
     def record(
-        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
-    ) -> None:
+        self,
+        key: str,
+        policy: BreakerPolicy,
+        *,
+        failed: bool,
+        admission: Admission | None,
+        throttle: float = 0.0,
+    ) -> bool:
         """See :meth:`BreakerStore.record`."""
         token = admission.token if admission is not None else None
         with self._lock:
@@ -79,53 +106,53 @@ class MemoryBreakerStore:
             self._forget_idle(now, policy)
             state = self._breakers.get(key)
             if state is None:
-                if not failed:
-                    return
+                if not failed and throttle <= 0:
+                    return False
                 state = self._breakers[key] = _Breaker()
             if token is not None:
                 state.awaiting.pop(token, None)
-            if state.open_until is not None:
-                if token is None or token != state.probe:
-                    return
-                if not failed:
-                    del self._breakers[key]
-                    return
-                state.open_until, state.probe = now + policy.cool_off, None
+            if state.open_until is not None and (token is None or token != state.probe):
+                return False
+            if failed:
                 state.failures += 1
-            elif not failed:
-                state.failures = 0
-                if not state.awaiting:
-                    del self._breakers[key]
-                return
+                if state.open_until is not None or state.failures >= policy.threshold:
+                    state.open_until, state.probe = now + policy.cool_off, None
             else:
-                state.failures += 1
-                if state.failures >= policy.threshold:
-                    state.open_until = now + policy.cool_off
+                # The probe or a delivery answered: it closes, or its count starts again.
+                state.open_until, state.probe, state.failures = None, None, 0
+                if throttle > 0:
+                    state.throttled_until = now + throttle
+                    state.held_until = max(state.held_until, state.throttled_until)
+                elif now >= state.held_until and now >= state.throttled_until:
+                    if not state.awaiting:
+                        del self._breakers[key]
+                    return False
+                else:
+                    self._touch(key, state, now)
+                    return now < state.held_until and now >= state.throttled_until
             self._touch(key, state, now)
             while len(self._breakers) > self._max_keys:
                 self._breakers.popitem(last=False)
+            return False
 
     def admit_many(self, requests: Sequence[tuple[str, BreakerPolicy]]) -> list[Admission]:
         """See :meth:`BreakerStore.admit_many`."""
         return [self.admit(key, policy) for key, policy in requests]
 
-    def record_many(
-        self, reports: Sequence[tuple[str, BreakerPolicy, bool, Admission | None]]
-    ) -> None:
+    def record_many(self, reports: Sequence[Report]) -> list[bool]:
         """See :meth:`BreakerStore.record_many`."""
-        for key, policy, failed, admission in reports:
-            self.record(key, policy, failed=failed, admission=admission)
+        return [
+            self.record(key, policy, failed=failed, admission=admission, throttle=throttle)
+            for key, policy, failed, admission, throttle in reports
+        ]
 
     def admit_now(self, key: str, policy: BreakerPolicy) -> Admission:
         """See :meth:`BreakerStore.admit_now`: memory needs no I/O."""
         return self.admit(key, policy)
 
-    def record_now(
-        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
-    ) -> bool:
+    def record_now(self, report: Report) -> bool | None:
         """See :meth:`BreakerStore.record_now`: memory needs no I/O."""
-        self.record(key, policy, failed=failed, admission=admission)
-        return True
+        return self.record_many([report])[0]
 
     def states(self, limit: int = 500) -> list[BreakerState]:
         """See :meth:`BreakerStore.states`."""

@@ -13,6 +13,12 @@ connections and never answers gets at most ``threshold`` requests before its bre
 opens, however many workers send to it.  An admitted delivery stops counting when its
 outcome is recorded, or after ``answer_within`` seconds (a worker that died).
 
+A throttled answer (a ``429``) is not a failure: it holds the destination for the time
+asked, and changes no count.  A breaker remembers until when it has held deliveries;
+while such holds run, a success that closes it or frees a place answers ``True`` to
+:meth:`BreakerStore.record`, so that the caller releases some of them early (the holds'
+own ends stay as the upper bound).
+
 :class:`~django_outbox.breakers.memory.MemoryBreakerStore` keeps breakers in one
 process; :class:`~django_outbox.breakers.redis_store.RedisBreakerStore` shares them
 between all workers.
@@ -23,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from django_outbox.exceptions import OutboxConfigurationError, OutboxError
 
@@ -70,8 +76,9 @@ class Admission:
 
     ``pass``: send it.  ``probe``: send it as the half-open breaker's probe.
     ``held``: do not send it; try again in about ``retry_in`` seconds, without
-    spending an attempt; ``why`` says whether the breaker is ``open`` or
-    ``busy`` (``threshold`` deliveries already await an answer).  Whatever is
+    spending an attempt; ``why`` says whether the breaker is ``open``, ``busy``
+    (``threshold`` deliveries already await an answer) or ``throttled`` (a ``429``
+    asked to wait).  Whatever is
     sent is reported to :meth:`BreakerStore.record` with this admission, whose
     ``token`` names it in the store (``None``: the store does not track it).
     """
@@ -79,11 +86,22 @@ class Admission:
     kind: Literal["pass", "probe", "held"]
     token: str | None = None
     retry_in: float = 0.0
-    why: Literal["", "open", "busy"] = ""
+    why: Literal["", "open", "busy", "throttled"] = ""
 
 
 #: The admission of a delivery the store does not track.
 PASS = Admission("pass")
+
+
+class Report(NamedTuple):
+    """How a delivery a store admitted went, as :meth:`BreakerStore.record` takes it."""
+
+    key: str
+    policy: BreakerPolicy
+    failed: bool
+    admission: Admission | None
+    #: Seconds the destination asked to be left alone (a ``429``); 0.0: none.
+    throttle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -107,13 +125,22 @@ class BreakerStore(Protocol):
         ...
 
     def record(
-        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
-    ) -> None:
+        self,
+        key: str,
+        policy: BreakerPolicy,
+        *,
+        failed: bool,
+        admission: Admission | None,
+        throttle: float = 0.0,
+    ) -> bool:
         """Record how a delivery to ``key`` that ``admission`` let through went.
 
         Only the current probe's outcome closes or reopens an open breaker: other
         answers were sent before it opened and say nothing about the server now.
-        ``admission`` is ``None`` for an outcome the store did not admit.
+        ``admission`` is ``None`` for an outcome the store did not admit.  ``throttle``
+        (seconds, not a failure) holds ``key`` that long.  True: the outcome closed the
+        breaker or freed a place while deliveries held here still wait, which may
+        come back now.
         """
         ...
 
@@ -121,10 +148,8 @@ class BreakerStore(Protocol):
         """:meth:`admit` for each ``(key, policy)`` in turn, their answers in that order."""
         ...
 
-    def record_many(
-        self, reports: Sequence[tuple[str, BreakerPolicy, bool, Admission | None]]
-    ) -> None:
-        """:meth:`record` for each ``(key, policy, failed, admission)`` in turn."""
+    def record_many(self, reports: Sequence[Report]) -> list[bool]:
+        """:meth:`record` for each :class:`Report` in turn, their answers in that order."""
         ...
 
     def admit_now(self, key: str, policy: BreakerPolicy) -> Admission | None:
@@ -132,11 +157,9 @@ class BreakerStore(Protocol):
         where blocking is allowed (off the event loop)."""
         ...
 
-    def record_now(
-        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
-    ) -> bool:
-        """:meth:`record` when it needs no I/O, returning True; False: call
-        :meth:`record` where blocking is allowed."""
+    def record_now(self, report: Report) -> bool | None:
+        """:meth:`record`'s answer when it needs no I/O; ``None``: call :meth:`record`
+        where blocking is allowed."""
         ...
 
     def states(self, limit: int = 500) -> list[BreakerState]:
@@ -164,7 +187,7 @@ def breaker_key(host: str, inbox: str, scope: BreakerScope) -> str:
     raise OutboxConfigurationError(f'breaker scope is "host" or "inbox", not {scope!r}')
 
 
-def held(retry_in: float, why: Literal["open", "busy"]) -> Admission:
+def held(retry_in: float, why: Literal["open", "busy", "throttled"]) -> Admission:
     """A ``held`` admission, waiting ``retry_in`` seconds (at least a millisecond)."""
     return Admission("held", retry_in=max(0.001, retry_in), why=why)
 
@@ -177,3 +200,21 @@ def breaker_state(key: str, failures: int, open_in: float, probe_in: float) -> B
 def latest(found: list[BreakerState], limit: int) -> list[BreakerState]:
     """The ``limit`` states that stop holding last."""
     return sorted(found, key=lambda state: state.open_until, reverse=True)[: max(0, limit)]
+
+
+_HOLD_ERRORS = {
+    "open": "held: the destination's circuit breaker is open",
+    "busy": "held: {} deliveries to the destination await an answer",
+    "throttled": "held: the destination asked to wait (429)",
+}
+
+
+def hold_error(why: str, threshold: int) -> str:
+    """The ``last_error`` of a delivery held for ``why`` (an :attr:`Admission.why`)."""
+    return _HOLD_ERRORS.get(why, _HOLD_ERRORS["open"]).format(threshold)
+
+
+def releasable_errors(threshold: int) -> tuple[str, ...]:
+    """The ``last_error`` of the holds a success may end early (open and busy breakers);
+    a throttle lasts the time the destination asked."""
+    return (hold_error("open", threshold), hold_error("busy", threshold))

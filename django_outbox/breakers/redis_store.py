@@ -14,7 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import redis
 
@@ -25,6 +25,7 @@ from django_outbox.breakers.policy import (
     BreakerPolicy,
     BreakerState,
     BreakerStoreUnavailable,
+    Report,
     breaker_state,
     held,
     latest,
@@ -129,38 +130,48 @@ class RedisBreakerStore:
         return [answers[i] for i in range(len(requests))]
 
     def record(
-        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
-    ) -> None:
-        """See :meth:`BreakerStore.record`; does nothing when Redis cannot answer."""
-        self.record_many([(key, policy, failed, admission)])
+        self,
+        key: str,
+        policy: BreakerPolicy,
+        *,
+        failed: bool,
+        admission: Admission | None,
+        throttle: float = 0.0,
+    ) -> bool:
+        """See :meth:`BreakerStore.record`; False when Redis cannot answer."""
+        return self.record_many([Report(key, policy, failed, admission, throttle)])[0]
 
-    def record_many(
-        self, reports: Sequence[tuple[str, BreakerPolicy, bool, Admission | None]]
-    ) -> None:
+    def record_many(self, reports: Sequence[Report]) -> list[bool]:
         """See :meth:`BreakerStore.record_many`: in one round trip."""
+        answers = [False] * len(reports)
+        asked: list[int] = []
         calls: list[tuple[str, tuple[str | int, ...]]] = []
-        for key, policy, failed, admission in reports:
+        for i, (key, policy, failed, admission, throttle) in enumerate(reports):
             token = admission.token if admission is not None else None
-            if failed:
+            if failed or throttle > 0:
                 self._trusted.pop(key, None)
             elif token is None:
                 continue  # a trusted destination's success changes nothing worth a round trip
             cool_off, idle = _ms(policy.cool_off), _ms(policy.idle_after)
-            calls.append((key, (int(failed), token or "", policy.threshold, cool_off, idle)))
-        for (key, _), reply in zip(calls, self._run(1, calls), strict=True):
+            args = (int(failed), token or "", policy.threshold, cool_off, idle)
+            calls.append((key, (*args, _ms(throttle) if throttle > 0 else 0)))
+            asked.append(i)
+        for i, (key, _), reply in zip(asked, calls, self._run(1, calls), strict=True):
             if reply == 2:
                 self._trust(key)
+            answers[i] = reply == 3
+        return answers
 
     def admit_now(self, key: str, policy: BreakerPolicy) -> Admission | None:
         """See :meth:`BreakerStore.admit_now`: ``pass`` for a trusted destination."""
         return PASS if self._trusted.get(key, 0.0) > time.monotonic() else None
 
-    def record_now(
-        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
-    ) -> bool:
+    def record_now(self, report: Report) -> bool | None:
         """See :meth:`BreakerStore.record_now`: a trusted destination's success is news
-        to nobody."""
-        return not failed and (admission is None or admission.token is None)
+        to nobody (and nothing is held there)."""
+        admission = report.admission
+        quiet = admission is None or admission.token is None
+        return False if quiet and not report.failed and report.throttle <= 0 else None
 
     def states(self, limit: int = 500) -> list[BreakerState]:
         """See :meth:`BreakerStore.states` (keys found by ``SCAN``); may raise Unavailable."""
@@ -266,13 +277,16 @@ def _admit_args(policy: BreakerPolicy) -> tuple[int, ...]:
     )
 
 
+_WHY: dict[str, Literal["busy", "throttled"]] = {"busy": "busy", "throttled": "throttled"}
+
+
 def _admission(reply: Any, token: str) -> Admission:
     """The admit script's ``reply`` to the delivery given ``token``: ``pass`` for none."""
     if not reply:
         return PASS
     kind, wait, why = _text(reply[0]), int(reply[1]) / 1000, _text(reply[2])
     if kind == "held":
-        return held(wait, "busy" if why == "busy" else "open")
+        return held(wait, _WHY.get(why, "open"))
     return Admission("probe" if kind == "probe" else "pass", token=token)
 
 

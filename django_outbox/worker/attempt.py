@@ -25,7 +25,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, breaker_key
+from django_outbox.backoff import throttle_for
+from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, Report, breaker_key
+from django_outbox.breakers.policy import hold_error
 from django_outbox.conf import conf
 from django_outbox.exceptions import InvalidInbox
 from django_outbox.keys import SenderKey
@@ -84,11 +86,6 @@ class Job:
 
 
 logger = logging.getLogger("django_outbox.attempt")
-
-_HELD = {
-    "open": "held: the destination's circuit breaker is open",
-    "busy": "held: {} deliveries to the destination await an answer",
-}
 
 
 async def _post(
@@ -179,6 +176,8 @@ class _Ending(NamedTuple):
     held_for: float | None = None
     failure: str = ""
     payment: PaymentReport | None = None
+    #: The host whose held deliveries may come back now, or ``""``.
+    released: str = ""
 
 
 def _judge(response: Response) -> _Ending:
@@ -200,15 +199,17 @@ async def perform(
     started_at, began = time.time(), time.perf_counter()
     ending = _Ending(AttemptResult.RETRY, error="nowhere to deliver")
     sent: list[str] = []
+    released: list[str] = []
     for url in job.row.via or [job.row.inbox]:
         ending = await _attempt_at(job, url, transport, breakers, policy, sent)
+        released += [ending.released] if ending.released else []
         if ending.result is AttemptResult.DELIVERED or ending.payment is not None:
             break  # delivered, or a payment to record before any other gateway is tried
     duration = time.perf_counter() - began
-    result, status, error, retry_after, held_for, failure, payment = ending
+    result, status, error, retry_after, held_for, failure, payment, _ = ending
     return Outcome(
         job.row, job.message, result, status, error, retry_after, held_for,
-        started_at, duration, tuple(sent), failure, payment,
+        started_at, duration, tuple(sent), failure, payment, tuple(released),
     )  # fmt: skip
 
 
@@ -240,7 +241,7 @@ async def _attempt_at(
         key = breaker_key(target.host, url, conf.BREAKER_SCOPE)
         admission = await breaker_turns.admit(breakers, key, policy)
         if admission.kind == "held":
-            error = _HELD[admission.why or "open"].format(policy.threshold)
+            error = hold_error(admission.why, policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     if job.payment is not None:
         ending = await _paid_attempt(job, job.payment, url, transport, sent)
@@ -255,7 +256,10 @@ async def _attempt_at(
             ending = _judge(response)
     if policy is not None:
         failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
-        await breaker_turns.record(breakers, key, policy, failed=failed, admission=admission)
+        throttle = throttle_for(ending.status, ending.retry_after)
+        report = Report(key, policy, failed, admission, throttle)
+        if await breaker_turns.record(breakers, report):
+            ending = ending._replace(released=target.host)
     return ending
 
 

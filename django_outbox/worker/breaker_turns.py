@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore
+from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, Report
 
 _Pending = list[tuple[BreakerStore, Any, "asyncio.Future[Any]"]]
 
@@ -37,17 +37,13 @@ async def admit(store: BreakerStore, key: str, policy: BreakerPolicy) -> Admissi
     return admission
 
 
-async def record(
-    store: BreakerStore,
-    key: str,
-    policy: BreakerPolicy,
-    *,
-    failed: bool,
-    admission: Admission | None,
-) -> None:
-    """``store.record(...)`` without blocking the loop (with this turn's others)."""
-    if not store.record_now(key, policy, failed=failed, admission=admission):
-        await _ask(1, store, (key, policy, failed, admission))
+async def record(store: BreakerStore, report: Report) -> bool:
+    """``store.record(...)`` without blocking the loop (with this turn's others): whether
+    deliveries held for the destination may come back now."""
+    answer = store.record_now(report)
+    if answer is None:
+        answer = await _ask(1, store, report)
+    return bool(answer)
 
 
 def _ask(kind: int, store: BreakerStore, request: Any) -> asyncio.Future[Any]:
@@ -72,15 +68,10 @@ def _flush(loop: asyncio.AbstractEventLoop, kind: int) -> None:
         by_store.setdefault(id(item[0]), (item[0], []))[1].append(item)
     for store, items in by_store.values():
         call: Callable[[Sequence[Any]], list[Any]] = (
-            store.admit_many if kind == 0 else functools.partial(_record_all, store)
+            store.admit_many if kind == 0 else store.record_many
         )
         done = loop.run_in_executor(None, call, [request for _, request, _ in items])
         done.add_done_callback(functools.partial(_answer, [future for _, _, future in items]))
-
-
-def _record_all(store: BreakerStore, reports: Sequence[Any]) -> list[None]:
-    store.record_many(reports)
-    return [None] * len(reports)
 
 
 def _answer(futures: list[asyncio.Future[Any]], done: asyncio.Future[list[Any]]) -> None:

@@ -35,6 +35,7 @@ from django_outbox.payments.ledger import record_payments
 from django_outbox.payments.reports import PARKED_HOLDS
 from django_outbox.signing.schemes import share_learnt
 from django_outbox.store.claimed import ClaimedRow
+from django_outbox.store.holds import release_held
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import (
     OutcomePlan,
@@ -105,10 +106,16 @@ def park_payment_holds(outcomes: Sequence[Outcome]) -> list[Outcome]:
 
 
 def publish_effects(plan: OutcomePlan) -> None:
-    """Publish the retries due soon and queue the successors of finished deliveries."""
+    """Publish the retries due soon, queue the successors of finished deliveries, and
+    release some of the deliveries held for the hosts that outcomes freed."""
     for countdown, lanes in plan.retries.items():
         publish(lanes, countdown or None)
     publish(promote_successors(plan.finished))
+    freed = [host for outcome, _ in plan.decided for host in outcome.released]
+    if freed:
+        released = release_held(freed, conf.BREAKER_THRESHOLD, conf.RELEASE_STEP)
+        for spread, lanes in released.items():
+            publish(lanes, spread or None)
 
 
 def _unless_senders_gone(outcomes: Sequence[Outcome]) -> list[Outcome]:

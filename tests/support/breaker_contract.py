@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
-from django_outbox.breakers import BreakerPolicy, BreakerStore
+from django_outbox.breakers import BreakerPolicy, BreakerStore, Report
 from django_outbox.breakers.policy import BUSY_WAIT
 from tests.support.breaker_helpers import COOLED, KEY, POLICY, concurrently, open_breaker, send_one
 
@@ -166,10 +166,73 @@ class BreakerStoreContract:
         assert [answer.kind for answer in answers] == ["pass", "pass", "pass", "held"]
         assert answers[3].why == "busy", "the first three count as awaiting their answers"
         store.record_many(
-            [(KEY, policy, True, answers[0]), (KEY, policy, True, answers[2]),
-             (other, policy, False, answers[1])]
+            [Report(KEY, policy, True, answers[0]), Report(KEY, policy, True, answers[2]),
+             Report(other, policy, False, answers[1])]
         )  # fmt: skip
         assert store.admit(KEY, policy).why == "open", "two failures reported together"
         assert store.admit(other, policy).kind == "pass", "its success closed nothing open"
         assert store.admit_many([]) == []
         store.record_many([])
+
+    # Holds that end early, and throttling (issue 28).
+
+    def test_a_probe_that_succeeds_says_held_deliveries_may_come_back(
+        self, store: BreakerStore
+    ) -> None:
+        open_breaker(store)
+        assert store.admit(KEY, POLICY).why == "open"
+        time.sleep(COOLED)
+        probe = store.admit(KEY, POLICY)
+        assert store.admit(KEY, POLICY).kind == "held", "held while the probe is under way"
+        assert store.record(KEY, POLICY, failed=False, admission=probe) is True
+        # Closed, and each success frees the host again while the holds run.
+        again = store.admit(KEY, POLICY)
+        assert again.kind == "pass"
+        assert store.record(KEY, POLICY, failed=False, admission=again) is True
+
+    def test_a_failed_probe_releases_nothing(self, store: BreakerStore) -> None:
+        open_breaker(store)
+        store.admit(KEY, POLICY)
+        time.sleep(COOLED)
+        probe = store.admit(KEY, POLICY)
+        assert store.record(KEY, POLICY, failed=True, admission=probe) is False
+
+    def test_a_success_with_nothing_held_releases_nothing(self, store: BreakerStore) -> None:
+        admission = store.admit(KEY, POLICY)
+        assert store.record(KEY, POLICY, failed=False, admission=admission) is False
+
+    def test_an_answer_that_frees_a_place_releases_a_busy_hold(self, store: BreakerStore) -> None:
+        policy = BreakerPolicy(threshold=2, cool_off=60, answer_within=60)
+        first, second = store.admit(KEY, policy), store.admit(KEY, policy)
+        busy = store.admit(KEY, policy)
+        assert busy.why == "busy"
+        assert busy.retry_in == BUSY_WAIT
+        assert store.record(KEY, policy, failed=False, admission=first) is True
+        assert store.admit(KEY, policy).kind == "pass", "a place is free"
+        store.record(KEY, policy, failed=True, admission=second)
+
+    def test_a_429_holds_the_host_for_the_time_asked_and_counts_no_failure(
+        self, store: BreakerStore
+    ) -> None:
+        for _ in range(POLICY.threshold + 2):
+            admission = store.admit(KEY, POLICY)
+            assert admission.kind == "pass", "throttling never opens the breaker"
+            assert (
+                store.record(KEY, POLICY, failed=False, admission=admission, throttle=0.3) is False
+            )
+            throttled = store.admit(KEY, POLICY)
+            assert throttled.kind == "held"
+            assert throttled.why == "throttled"
+            assert 0.1 < throttled.retry_in <= 0.3
+            time.sleep(0.35)
+        assert store.states() == []
+
+    def test_a_429_from_the_probe_closes_it_but_holds_the_host(self, store: BreakerStore) -> None:
+        open_breaker(store)
+        time.sleep(COOLED)
+        probe = store.admit(KEY, POLICY)
+        assert store.record(KEY, POLICY, failed=False, admission=probe, throttle=0.3) is False
+        assert store.admit(KEY, POLICY).why == "throttled"
+        assert store.states() == [], "the server answered: the breaker is closed"
+        time.sleep(0.35)
+        assert store.admit(KEY, POLICY).kind == "pass"

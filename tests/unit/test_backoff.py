@@ -6,8 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 from django.test import override_settings
 
-from django_outbox.backoff import held_until, next_attempt, schedule_delay
-from django_outbox.outcomes import permanent_status
+from django_outbox.backoff import (
+    HOLD_JITTER,
+    THROTTLE_WAIT,
+    held_until,
+    next_attempt,
+    schedule_delay,
+    throttle_for,
+)
+from django_outbox.outcomes import permanent_status, server_failed
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -51,8 +58,39 @@ def test_attempts_run_out() -> None:
 
 
 def test_breaker_hold_waits_for_the_cool_off_or_the_deadline() -> None:
-    assert held_until(NOW, 60, None).retry_at == NOW + timedelta(seconds=60)
+    # Lengthened at random by a quarter of the hold at most, and never by more than
+    # HOLD_JITTER: the deliveries held together do not all come back at once.
+    ends = [held_until(NOW, 60, None).retry_at for _ in range(200)]
+    assert all(e is not None and 0 <= (e - NOW).total_seconds() - 60 <= HOLD_JITTER for e in ends)
+    assert len(set(ends)) > 100
+    short = [held_until(NOW, 1.0, None).retry_at for _ in range(200)]
+    assert all(s is not None and 1.0 <= (s - NOW).total_seconds() <= 1.25 for s in short)
     assert held_until(NOW, 60, NOW + timedelta(seconds=5)).deadline
+
+
+def test_a_429_holds_its_host_for_the_time_asked_within_bounds() -> None:
+    assert throttle_for(429, 3.0) == 3.0
+    assert throttle_for(429, None) == THROTTLE_WAIT
+    assert throttle_for(429, 10**9) == 300.0, "OUTBOX_THROTTLE_CAP bounds a hostile peer"
+    assert throttle_for(429, -5.0) == 0.0
+    assert throttle_for(503, 3.0) == 0.0, "only a 429 throttles"
+    with override_settings(OUTBOX_THROTTLE_CAP=2.0):
+        assert throttle_for(429, 3.0) == 2.0
+    with override_settings(OUTBOX_WAIT_AS_ASKED=False):
+        assert throttle_for(429, 3.0) == THROTTLE_WAIT
+
+
+def test_a_429_is_retried_after_the_time_asked_then_the_schedule_one_step_behind() -> None:
+    first = next_attempt(now=NOW, attempts=1, max_attempts=16, deadline=None, throttle=3.0)
+    assert first.retry_at == NOW + timedelta(seconds=3)
+    third = next_attempt(now=NOW, attempts=3, max_attempts=16, deadline=None, throttle=3.0)
+    assert third.retry_at is not None
+    assert 45 <= (third.retry_at - NOW).total_seconds() <= 60, "the wait after attempt 2"
+
+
+def test_429_counts_against_neither_breaker_nor_failure_days() -> None:
+    assert not server_failed(429)
+    assert server_failed(408) and server_failed(None) and server_failed(503)
 
 
 def test_permanent_statuses() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from django_outbox.breakers import Admission, BreakerPolicy, MemoryBreakerStore
+from django_outbox.breakers import Admission, BreakerPolicy, MemoryBreakerStore, Report
 from django_outbox.worker import breaker_turns
 
 POLICY = BreakerPolicy(threshold=2, cool_off=60, answer_within=60)
@@ -21,20 +21,16 @@ class BlockingStore(MemoryBreakerStore):
     def admit_now(self, key: str, policy: BreakerPolicy) -> None:  # type: ignore[override]
         return None
 
-    def record_now(
-        self, key: str, policy: BreakerPolicy, *, failed: bool, admission: Admission | None
-    ) -> bool:
-        return False
+    def record_now(self, report: Report) -> bool | None:
+        return None
 
     def admit_many(self, requests: Sequence[tuple[str, BreakerPolicy]]) -> list[Admission]:
         self.calls.append(("admit", len(requests)))
         return super().admit_many(requests)
 
-    def record_many(
-        self, reports: Sequence[tuple[str, BreakerPolicy, bool, Admission | None]]
-    ) -> None:
+    def record_many(self, reports: Sequence[Report]) -> list[bool]:
         self.calls.append(("record", len(reports)))
-        super().record_many(reports)
+        return super().record_many(reports)
 
 
 def test_one_turns_questions_go_in_one_call_and_get_their_own_answers() -> None:
@@ -45,7 +41,7 @@ def test_one_turns_questions_go_in_one_call_and_get_their_own_answers() -> None:
         admissions = await asyncio.gather(*(breaker_turns.admit(store, k, POLICY) for k in keys))
         await asyncio.gather(
             *(
-                breaker_turns.record(store, key, POLICY, failed=True, admission=admission)
+                breaker_turns.record(store, Report(key, POLICY, True, admission))
                 for key, admission in zip(keys, admissions, strict=True)
                 if admission.kind == "pass"
             )
