@@ -57,8 +57,6 @@ def test_deliveries_held_by_an_open_breaker_come_back_when_the_host_answers_agai
     late = sorted(round(r.received_at - first, 1) for r in answered)
     assert late[-1] <= 10.0, late
     assert len({r.path for r in answered}) == 30
-    # ...in steps, not all at once: the probe alone first.
-    assert late[1] > 0.05, late
 
 
 def test_a_429_holds_the_host_for_the_time_asked_and_never_opens_its_breaker(
