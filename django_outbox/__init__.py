@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["Batch", "PortableInbox", "Recipient", "WebhookKeys", "outbox"]
+__all__ = ["Batch", "PortableInbox", "Progress", "Recipient", "WebhookKeys", "outbox"]
 
 if TYPE_CHECKING:
     from django_outbox.api import outbox
     from django_outbox.batch import Batch
     from django_outbox.portable import PortableInbox
+    from django_outbox.progress import Progress
     from django_outbox.recipients import Recipient
     from django_outbox.signing.webhooks import WebhookKeys
 
@@ -22,6 +23,7 @@ _EXPORTS = {
     "outbox": "django_outbox.api",
     "Batch": "django_outbox.batch",
     "PortableInbox": "django_outbox.portable",
+    "Progress": "django_outbox.progress",
     "Recipient": "django_outbox.recipients",
     "WebhookKeys": "django_outbox.signing.webhooks",
 }

@@ -2,7 +2,8 @@
 
 Deliveries (:mod:`~django_outbox.admin_deliveries`, with the overview), messages
 (:mod:`~django_outbox.admin_messages`), hosts, their pages and the open breakers
-(:mod:`~django_outbox.admin_hosts`) and payments (:mod:`django_outbox.payments.admin`).
+(:mod:`~django_outbox.admin_hosts`), webhook endpoints
+(:mod:`~django_outbox.admin_endpoints`) and payments (:mod:`django_outbox.payments.admin`).
 Nothing is edited by hand: requeue, give up and reset call the package's own
 functions, after a confirmation page where they change many rows, and each is
 written to the admin's log.  Every page needs a django_outbox view permission;
@@ -14,12 +15,14 @@ from __future__ import annotations
 from django.contrib import admin
 
 from django_outbox.admin_deliveries import DeliveryAdmin
+from django_outbox.admin_endpoints import EndpointAdmin
 from django_outbox.admin_hosts import HostAdmin
 from django_outbox.admin_messages import MessageAdmin
-from django_outbox.models import Delivery, Host, Message, PaymentAttempt
+from django_outbox.models import Delivery, Endpoint, Host, Message, PaymentAttempt
 from django_outbox.payments.admin import PaymentAttemptAdmin
 
 admin.site.register(Delivery, DeliveryAdmin)
 admin.site.register(Message, MessageAdmin)
 admin.site.register(Host, HostAdmin)
+admin.site.register(Endpoint, EndpointAdmin)
 admin.site.register(PaymentAttempt, PaymentAttemptAdmin)

@@ -18,18 +18,20 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
 from django_outbox.batch import Batch
 from django_outbox.conf import conf
 from django_outbox.dispatch import start_expansion_on_commit
+from django_outbox.endpoint_health import enable_endpoints
 from django_outbox.endpoints import check_secrets, clean_endpoints, webhook_sender
 from django_outbox.exceptions import InvalidBatch, InvalidInbox
 from django_outbox.fanout import choose_lane, store_pending, write_deliveries
 from django_outbox.models import Delivery, Message, Signing
 from django_outbox.operations import give_up, requeue
 from django_outbox.portable import PortableInbox
+from django_outbox.progress import Progress, message_progress
 from django_outbox.recipients import HasInbox, Recipient, collapse
 from django_outbox.signing.webhooks import check_webhook_id, new_webhook_id
 from django_outbox.transport.addresses import parse_networks
@@ -145,9 +147,13 @@ class Outbox:
         which returns the secrets that sign.  Every attempt to every endpoint
         carries the same ``webhook-id``: ``webhook_id`` (1 to 255 characters of
         ``A-Z a-z 0-9 _ -``) or a fresh random ``msg_...`` id; each attempt gets a
-        fresh ``webhook-timestamp`` and signature.  ``payload`` is serialised once
-        with ``encoder`` (Django's by default, as ``JsonResponse``: dates,
-        decimals and UUIDs become strings).
+        fresh ``webhook-timestamp`` and signature.  A ``webhook_id`` is sent once per
+        sender: if a message with it is stored already, that message is returned
+        and nothing is written (its payload and endpoints are not compared), also
+        when two sends race (the database's unique constraint decides; the loser
+        rolls back only its own savepoint, not the caller's transaction).
+        ``payload`` is serialised once with ``encoder`` (Django's by default, as
+        ``JsonResponse``: dates, decimals and UUIDs become strings).
 
         Retries, ``Retry-After``, breakers, deadlines, ordering keys, lanes,
         signals and the admin work as for :meth:`send`.  Returns the stored
@@ -168,10 +174,19 @@ class Outbox:
         if batch.synchronize_collection:
             raise InvalidBatch("synchronize_collection is for ActivityPub sends, not webhooks")
         check_secrets(sender, targets, webhook_id, body, content_type)
+        stored = _stored_webhook(sender, webhook_id)
+        if stored is not None:
+            return stored
         kind = activity_type(payload)
-        return self._queue(
-            sender, body, kind, targets, {}, batch, content_type, webhook_id=webhook_id
-        )
+        try:
+            return self._queue(
+                sender, body, kind, targets, {}, batch, content_type, webhook_id=webhook_id
+            )
+        except IntegrityError:
+            stored = _stored_webhook(sender, webhook_id)
+            if stored is None:
+                raise
+            return stored
 
     def _queue(
         self,
@@ -238,6 +253,31 @@ class Outbox:
         """
         return give_up(deliveries.values_list("id", flat=True), reason)
 
+    def progress(self, message: Message | int | None) -> Progress:
+        """How many of a message's recipients are delivered, pending, failed, refused
+        and skipped: for a view that shows how far an activity has got.
+
+        ``message`` is what :meth:`send` returned (a message or ``None``) or a
+        message's id.  A recipient is an inbox: one reached through a shared inbox
+        counts as that inbox, and the inboxes of a fan-out not yet expanded count as
+        pending (see :mod:`django_outbox.progress`).  Raises
+        :class:`~django_outbox.exceptions.UnknownMessage` for a message not stored.
+        """
+        return message_progress(message)
+
+    def enable_endpoint(self, url: str) -> bool:
+        """Enable the webhook endpoint ``url`` again and forget its failure days;
+        returns whether it was disabled.
+
+        Its new deliveries are sent again (by every worker within
+        ``OUTBOX_HOSTS_REFRESH`` seconds); those skipped while it was disabled stay
+        skipped (requeue them to send them).  ``url`` is read as ``send_webhook``
+        reads an endpoint; one it would refuse raises a subclass of
+        :class:`~django_outbox.exceptions.InvalidInbox`, changing nothing.
+        """
+        (endpoint,) = clean_endpoints([url])
+        return enable_endpoints([endpoint]) > 0
+
 
 outbox = Outbox()
 
@@ -248,6 +288,11 @@ def _signed_body(sender: str, activity: Mapping[str, Any]) -> bytes:
     body = serialise_activity(activity, conf.MAX_BODY_BYTES)
     check_sender_key(sender, conf.KEY_RESOLVER(sender))
     return body
+
+
+def _stored_webhook(sender: str, webhook_id: str) -> Message | None:
+    """The message already stored with ``webhook_id`` for ``sender``, if any."""
+    return Message.objects.filter(sender=sender, webhook_id=webhook_id).first()
 
 
 def _batch(batch: object) -> Batch:

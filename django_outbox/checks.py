@@ -83,6 +83,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_outbox.E015",
             )
         )
+    errors.extend(_check_disable_after_days())
     if conf.LEASE_SECONDS < 2 * conf.TOTAL_TIMEOUT + 10:
         errors.append(
             Warning(
@@ -113,6 +114,22 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         )
     errors.extend(_check_sqlite())
     return errors
+
+
+def _check_disable_after_days() -> list[CheckMessage]:
+    """``OUTBOX_WEBHOOK_DISABLE_AFTER_DAYS``: a whole number of days that fits its column
+    (E019)."""
+    value = getattr(settings, "OUTBOX_WEBHOOK_DISABLE_AFTER_DAYS", 5)
+    if type(value) is int and 0 <= value <= columns.SMALL_INTEGER:
+        return []
+    return [
+        Error(
+            f"OUTBOX_WEBHOOK_DISABLE_AFTER_DAYS is {value!r}.",
+            hint=f"Use a whole number of days from 1 to {columns.SMALL_INTEGER}, or 0 never "
+            "to disable an endpoint.",
+            id="django_outbox.E019",
+        )
+    ]
 
 
 def _check_sqlite() -> list[CheckMessage]:

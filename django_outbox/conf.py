@@ -318,6 +318,12 @@ class Settings:
         return int(_get("OUTBOX_UNAVAILABLE_AFTER_DAYS", 7))
 
     @property
+    def WEBHOOK_DISABLE_AFTER_DAYS(self) -> int:
+        """Distinct days of an endpoint's own failures, with no success, after which a
+        webhook endpoint is disabled (0: never)."""
+        return int(_get("OUTBOX_WEBHOOK_DISABLE_AFTER_DAYS", 5))
+
+    @property
     def HOSTS_REFRESH(self) -> float:
         """Seconds a worker process trusts its copy of the unavailable hosts."""
         return float(_get("OUTBOX_HOSTS_REFRESH", 60.0))

@@ -83,3 +83,8 @@ class InvalidBatch(InvalidSend):
 class InvalidSince(OutboxError, ValueError):
     """A "since" given to select deliveries is neither a duration (``90s``, ``30m``,
     ``2h``, ``7d``) nor an ISO 8601 date."""
+
+
+class UnknownMessage(OutboxError, ValueError):
+    """``outbox.progress`` was given something that is not a stored message: an id no
+    message has (or no longer has: pruned), or neither a message nor an id."""

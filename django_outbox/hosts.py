@@ -12,18 +12,13 @@ that the server is, so refusals never mark a host.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterable
 
-from django.db.models import F
-from django.utils import timezone
-
 from django_outbox.conf import conf
+from django_outbox.failure_days import MarkedNames, count_failure_day
 from django_outbox.models import Host
 
-_unavailable: tuple[frozenset[str], float] = (frozenset(), 0.0)
-_lock = threading.Lock()
+_unavailable = MarkedNames(Host, "name", "unavailable_since")
 
 
 def skip_unless_follow(inbox: str, activity_type: str) -> bool:
@@ -36,29 +31,16 @@ def record_successes(hosts: Iterable[str]) -> None:
     names = set(hosts)
     if names:
         Host.objects.filter(name__in=names).delete()
-        if names & _unavailable[0]:
+        if _unavailable.holds_any(names):
             forget_cached()
 
 
 def record_failures(hosts: Iterable[str]) -> None:
     """Count today as a failure day for each host, marking those now unavailable."""
-    names = set(hosts)
-    if not names:
-        return
-    now = timezone.now()
-    today = now.date()
-    Host.objects.filter(name__in=names).exclude(last_failure_day=today).update(
-        failure_days=F("failure_days") + 1, last_failure_day=today
+    failures: dict[str, dict[str, object]] = {name: {} for name in hosts}
+    count_failure_day(
+        Host, "name", failures, after_days=conf.UNAVAILABLE_AFTER_DAYS, mark="unavailable_since"
     )
-    Host.objects.bulk_create(
-        [Host(name=name, last_failure_day=today, first_failure_at=now) for name in names],
-        ignore_conflicts=True,
-    )
-    Host.objects.filter(
-        name__in=names,
-        failure_days__gte=conf.UNAVAILABLE_AFTER_DAYS,
-        unavailable_since__isnull=True,
-    ).update(unavailable_since=now)
 
 
 def unavailable_hosts() -> frozenset[str]:
@@ -67,21 +49,9 @@ def unavailable_hosts() -> frozenset[str]:
     The copy is at most ``OUTBOX_HOSTS_REFRESH`` seconds (60) old, so a host
     another process marks, or the admin resets, is seen within that time.
     """
-    global _unavailable
-    with _lock:
-        names, read_at = _unavailable
-    if time.monotonic() - read_at < conf.HOSTS_REFRESH:
-        return names
-    names = frozenset(
-        Host.objects.filter(unavailable_since__isnull=False).values_list("name", flat=True)
-    )
-    with _lock:
-        _unavailable = (names, time.monotonic())
-    return names
+    return _unavailable.get()
 
 
 def forget_cached() -> None:
     """Read the unavailable hosts again on next use (tests, admin resets)."""
-    global _unavailable
-    with _lock:
-        _unavailable = (frozenset(), 0.0)
+    _unavailable.forget()

@@ -99,6 +99,14 @@ class Message(models.Model):
 
     class Meta:
         ordering = ("-id",)
+        constraints = [
+            # A caller-given webhook id is sent once per sender (outbox.send_webhook).
+            models.UniqueConstraint(
+                fields=("sender", "webhook_id"),
+                condition=~Q(webhook_id=""),
+                name="django_outbox_webhook_once_per_sender",
+            ),
+        ]
 
     def __str__(self) -> str:
         label = self.activity_type or (
@@ -222,6 +230,34 @@ class Host(models.Model):
         return self.name
 
 
+class Endpoint(models.Model):
+    """A webhook endpoint that has been failing, and since when: a :class:`Host` per URL.
+
+    A row exists only while the endpoint fails: a success deletes it.  An endpoint
+    that failed on ``OUTBOX_WEBHOOK_DISABLE_AFTER_DAYS`` distinct days with no
+    success in between is disabled, and deliveries to it are skipped until
+    ``outbox.enable_endpoint`` (or the admin action) deletes its row.  Only the
+    endpoint's own failures count: no answer, or a 5xx (see
+    :mod:`django_outbox.endpoint_health`).
+    """
+
+    url = models.CharField(max_length=columns.URL, unique=True)
+    failure_days = models.PositiveSmallIntegerField(default=1)
+    first_failure_at = models.DateTimeField(default=timezone.now)
+    last_failure_day = models.DateField()
+    last_status = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The status of its latest failure; empty: no answer."
+    )
+    last_error = models.TextField(blank=True, help_text="Its latest failure.")
+    disabled_since = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        ordering = ("url",)
+
+    def __str__(self) -> str:
+        return self.url
+
+
 class Heartbeat(models.Model):
     """A worker process that is alive, as long as it keeps ``beat_at`` fresh.
 
@@ -313,6 +349,7 @@ __all__ = [
     "Attempt",
     "Delivery",
     "DeliveryState",
+    "Endpoint",
     "Heartbeat",
     "Host",
     "Lane",

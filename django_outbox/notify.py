@@ -14,12 +14,17 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from django_outbox.models import SETTLED_STATES, Delivery, DeliveryState
+from django_outbox.models import SETTLED_STATES, Delivery, DeliveryState, Signing
 from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
 from django_outbox.safe_text import one_line
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled, send_logged
 
 _FAILED_STATES = (DeliveryState.FAILED, DeliveryState.REFUSED)
+
+
+def _webhook_skipped(outcome: Outcome, state: str) -> bool:
+    """Whether a webhook was skipped: for its sender, a failure (``docs/signals.md``)."""
+    return state == DeliveryState.SKIPPED and outcome.message.signing == Signing.STANDARD_WEBHOOKS
 
 
 def common_args(row: Delivery) -> dict[str, Any]:
@@ -96,7 +101,7 @@ class AttemptSignals:
             self._notes.append((delivery_attempted, pk, outcome))
         if self.settled and state in SETTLED_STATES:
             self._notes.append((delivery_settled, pk, outcome))
-        if self.failed and state in _FAILED_STATES:
+        if self.failed and (state in _FAILED_STATES or _webhook_skipped(outcome, state)):
             self._notes.append((delivery_failed, pk, outcome))
         if len(self._notes) > count:
             self._changes[pk] = (fields, outcome.result in UNSPENT_RESULTS)

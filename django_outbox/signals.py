@@ -1,6 +1,7 @@
 """Signals an application connects to, sent by the worker for each attempt and give-up.
 
-Every signal is sent with ``sender=Delivery`` and these keyword arguments:
+Every signal is sent with ``sender=Delivery`` (``endpoint_disabled`` with
+``sender=Endpoint``) and these keyword arguments:
 
 ``delivery_attempted``
     After every attempt, sent or held.  ``delivery`` (the row, state already
@@ -18,11 +19,21 @@ Every signal is sent with ``sender=Delivery`` and these keyword arguments:
 
 ``delivery_failed``
     When a delivery will not be tried again and was not delivered: given up
-    (retries or deadline ran out, or by hand) or refused (an answer that will
-    not change, which is also ``delivery_settled``).  ``delivery``, ``inbox``,
-    ``actor``, ``status`` (last status or ``None``), ``error``, ``tag`` and
+    (retries or deadline ran out, or by hand), refused (an answer that will
+    not change, which is also ``delivery_settled``), or, for a webhook, skipped
+    (its endpoint disabled or its host unavailable; also ``delivery_settled``).
+    ``delivery``, ``inbox``, ``actor``, ``status`` (last status or ``None``), ``error``, ``tag`` and
     ``deadline`` (True when the batch's deadline was the reason).  A 410 here
     says the inbox or its server is gone.
+
+``endpoint_disabled``
+    When a webhook endpoint is disabled, having failed on
+    ``OUTBOX_WEBHOOK_DISABLE_AFTER_DAYS`` distinct days with no success (see
+    ``docs/webhooks.md``); sent with ``sender=Endpoint`` once that is committed,
+    at most once each time it is disabled.  ``endpoint`` (the URL, as stored),
+    ``since`` (when it was disabled), ``failure_days``, and its latest failure:
+    ``status`` (``None`` when nothing answered) and ``error``.  Deliveries to it
+    are skipped, each with ``delivery_failed``, until ``outbox.enable_endpoint``.
 
 ``payment_made``
     When the Lightning node confirms a payment to a destination that answered
@@ -55,7 +66,8 @@ worker that dies in between leaves the delivery to be sent again and its
 signals sent again.  They are therefore at least once, and a receiver must
 tolerate running twice for one delivery; the ``delivery`` row passed in
 already carries its new state, which the database may not show yet.  The
-payment signals are sent once their change is committed, at most once each.
+payment signals and ``endpoint_disabled`` are sent once their change is committed,
+at most once each.
 """
 
 from __future__ import annotations
@@ -68,6 +80,7 @@ from django.dispatch import Signal
 delivery_attempted = Signal()
 delivery_settled = Signal()
 delivery_failed = Signal()
+endpoint_disabled = Signal()
 payment_made = Signal()
 payment_failed = Signal()
 payment_budget_exceeded = Signal()

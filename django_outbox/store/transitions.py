@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from django_outbox.backoff import decide
 from django_outbox.conf import conf
+from django_outbox.endpoint_health import EndpointOutcomes
 from django_outbox.hosts import record_failures, record_successes
 from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
 from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
@@ -256,6 +257,7 @@ class OutcomePlan:
     succeeded: set[str] = field(default_factory=set)
     recovered: set[str] = field(default_factory=set)
     failing: set[str] = field(default_factory=set)
+    endpoints: EndpointOutcomes = field(default_factory=EndpointOutcomes)
 
 
 def plan_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
@@ -276,6 +278,7 @@ def plan_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
                 plan.recovered.add(row.host)
         elif outcome.host_failed:
             plan.failing.add(row.host)
+        plan.endpoints.note(outcome)
         fields = _fields_for(outcome, now, plan)
         plan.updates.add(row.token, row.id, fields)
         plan.decided.append((outcome, fields))
@@ -321,7 +324,7 @@ def _fields_for(outcome: Outcome, now: datetime, plan: OutcomePlan) -> dict[str,
 
 def save_outcomes(plan: OutcomePlan) -> None:
     """Write what :func:`plan_outcomes` decided, the attempts' history and the hosts'
-    health, in one transaction."""
+    and webhook endpoints' health, in one transaction."""
     with transaction.atomic():
         for claims, values in plan.updates.statements():
             update_claimed(claims, values)
@@ -330,6 +333,7 @@ def save_outcomes(plan: OutcomePlan) -> None:
         # process writes after that is a failure seen after this success.
         record_successes(plan.recovered)
         record_failures(plan.failing - plan.succeeded)
+        plan.endpoints.save()
 
 
 # ------------------------------------------------------ by hand and by sweep ---

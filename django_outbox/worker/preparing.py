@@ -21,6 +21,7 @@ from typing import Protocol
 from django.utils import timezone
 
 from django_outbox.conf import conf
+from django_outbox.endpoint_health import disabled_endpoints, skip_reason
 from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
 from django_outbox.models import Signing
@@ -139,7 +140,8 @@ def prepare_jobs(
     """The jobs to send for ``claimed``; the outcomes of those not to send go to ``settle``.
 
     A delivery past its batch's deadline expires, one to an unavailable host
-    is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), one whose sender lost
+    is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), and so is a webhook to a
+    disabled endpoint, one whose sender lost
     its key (or whose endpoint its webhook secret) is refused, and one whose
     webhook secret does not parse, or whose resolver raised or did not answer, is
     retried (an internal error).  ``messages`` holds the message of every claimed row.
@@ -151,6 +153,7 @@ def prepare_jobs(
     payments, wait = payment_jobs(claimed)
     now = timezone.now()
     unavailable = unavailable_hosts()
+    disabled = disabled_endpoints()
     # Room in the lease for two knocks of the whole time budget and saving the
     # outcome; with a lease too short for that (system check W003), half of it.
     lease = conf.LEASE_SECONDS
@@ -167,6 +170,10 @@ def prepare_jobs(
                 continue
             if row.host in unavailable and conf.SKIP_UNAVAILABLE(row.inbox, message.activity_type):
                 error = f"skipped: {row.host} is marked unavailable"
+                settle(Outcome(row, message, AttemptResult.SKIPPED, error=error))
+                continue
+            if row.inbox in disabled and message.signing == Signing.STANDARD_WEBHOOKS:
+                error = skip_reason(row.inbox)
                 settle(Outcome(row, message, AttemptResult.SKIPPED, error=error))
                 continue
             signer = answers.signer(message, row.inbox)

@@ -10,6 +10,7 @@ from django_outbox.signals import (
     delivery_attempted,
     delivery_failed,
     delivery_settled,
+    endpoint_disabled,
     payment_budget_exceeded,
     payment_failed,
     payment_made,
@@ -67,3 +68,16 @@ def log_payment_failed(sender: type, **kwargs: Any) -> None:
 def log_budget_exceeded(sender: type, **kwargs: Any) -> None:
     """Log a delivery held by the daily budget."""
     _log("budget_exceeded", kwargs)
+
+
+@receiver(endpoint_disabled)
+def log_endpoint_disabled(sender: type, **kwargs: Any) -> None:
+    """Log a webhook endpoint disabled after its failure days."""
+    SignalLog.objects.create(
+        signal="endpoint_disabled",
+        delivery_id=0,
+        inbox=kwargs["endpoint"],
+        actor="",
+        status=kwargs["status"],
+        error=f"{kwargs['failure_days']} days: {kwargs['error']}",
+    )

@@ -15,7 +15,7 @@ from django_outbox.models import Host
 
 def fail_on(day: date, hosts: list[str]) -> None:
     moment = timezone.now().replace(year=day.year, month=day.month, day=day.day)
-    with mock.patch("django_outbox.hosts.timezone.now", return_value=moment):
+    with mock.patch("django_outbox.failure_days.timezone.now", return_value=moment):
         record_failures(hosts)
 
 
