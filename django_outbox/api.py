@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,8 +28,10 @@ from django_outbox.dispatch import start_expansion_on_commit
 from django_outbox.endpoints import check_secrets, clean_endpoints, webhook_sender
 from django_outbox.exceptions import InvalidBatch, InvalidInbox
 from django_outbox.fanout import choose_lane, store_pending, write_deliveries
+from django_outbox.hosts import host_seen
 from django_outbox.models import Delivery, Message, Signing
 from django_outbox.operations import give_up, requeue
+from django_outbox.pauses import Pause, pause_host, resume_host
 from django_outbox.portable import PortableInbox
 from django_outbox.recipients import HasInbox, Recipient, collapse
 from django_outbox.signing.webhooks import check_webhook_id, new_webhook_id
@@ -237,6 +240,24 @@ class Outbox:
         ``delivery_failed`` is sent for each, as for any other failure.
         """
         return give_up(deliveries.values_list("id", flat=True), reason)
+
+    def host_seen(self, host: str) -> bool:
+        """Tell that ``host`` (a host name, or a URL on it such as an actor id) contacted
+        us, as an inbox view does on each activity it accepts: if it was marked
+        unavailable, deliveries go to it again (``host_available`` is sent).  Returns
+        whether it was unavailable.  See :func:`django_outbox.hosts.host_seen`.
+        """
+        name = urlsplit(host).hostname if "://" in host else host
+        return host_seen(name or "")
+
+    def pause_host(self, host: str, reason: str = "", until: datetime | None = None) -> Pause:
+        """Hold every delivery to ``host`` (not failed, no attempt spent) until
+        :meth:`resume_host`, or ``until``; see :mod:`django_outbox.pauses`."""
+        return pause_host(host, reason, until)
+
+    def resume_host(self, host: str) -> int:
+        """End ``host``'s pause; its held deliveries are published at once.  How many."""
+        return resume_host(host)
 
 
 outbox = Outbox()

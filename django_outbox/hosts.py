@@ -4,23 +4,40 @@ Like Mastodon, a host that has failed on ``OUTBOX_UNAVAILABLE_AFTER_DAYS``
 (7) distinct days with no success in between is marked unavailable, and
 deliveries to it are settled as ``skipped`` instead of sent, except those
 ``OUTBOX_SKIP_UNAVAILABLE`` keeps (by default a ``Follow`` still goes, so a
-server that comes back can be followed again).  Any success, or the admin
-action, makes it available again.  Only failures of the server count (5xx,
-408, 429, no answer): a 410 from a shared inbox says an actor is gone, not
-that the server is, so refusals never mark a host.
+server that comes back can be followed again).  Any success, the admin action,
+or the application telling that the host contacted us (:func:`host_seen`) makes
+it available again.  Only the server's own failures count (5xx, 408, no answer):
+a ``429`` is a server asking us to slow down, not a failing one, an internal
+error of ours is no fault of the host, and a 410 from a shared inbox says an
+actor is gone, not that the server is, so none of these marks a host.
+
+The host's latest failure (status and error) is kept on its row: the reason the
+admin, ``outbox status --host`` and the ``host_unavailable`` signal give.  The
+signals ``host_unavailable`` and ``host_available`` are sent once the change that
+makes them is committed.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime
 
-from django.db.models import F
+from django.db import transaction
+from django.db.models import Case, F, QuerySet, Value, When
 from django.utils import timezone
 
 from django_outbox.conf import conf
 from django_outbox.models import Host
+from django_outbox.safe_text import one_line
+from django_outbox.signals import host_available, host_unavailable, send_logged
+
+#: The longest error kept as a host's reason.
+REASON_LENGTH = 1000
+
+Failure = tuple[int | None, str]
+"""A host's latest failure: the status it answered (``None``: no answer) and the error."""
 
 _unavailable: tuple[frozenset[str], float] = (frozenset(), 0.0)
 _lock = threading.Lock()
@@ -31,34 +48,109 @@ def skip_unless_follow(inbox: str, activity_type: str) -> bool:
     return activity_type != "Follow"
 
 
+def reason(status: int | None, error: str) -> str:
+    """A failure as one line: ``"HTTP 503: ..."``, or the error alone when nothing answered."""
+    text = one_line(error)[:REASON_LENGTH]
+    if status is None or text.startswith(f"HTTP {status}"):
+        return text
+    return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+
+
 def record_successes(hosts: Iterable[str]) -> None:
     """Forget the failures of hosts that just accepted a delivery."""
     names = set(hosts)
     if names:
-        Host.objects.filter(name__in=names).delete()
-        if names & _unavailable[0]:
-            forget_cached()
+        _forget(Host.objects.filter(name__in=names))
 
 
-def record_failures(hosts: Iterable[str]) -> None:
-    """Count today as a failure day for each host, marking those now unavailable."""
-    names = set(hosts)
-    if not names:
+def host_seen(host: str) -> bool:
+    """The application heard from ``host`` (an inbound activity): if it is marked
+    unavailable, deliveries go to it again.  Returns whether it was unavailable.
+
+    Its failure days are kept: one more failure marks it unavailable again, and only
+    a delivery it accepts clears them, so that a host that talks to us but cannot
+    receive is not retried for days on end.
+    """
+    name = host.strip().lower()
+    with transaction.atomic():
+        cleared = Host.objects.filter(name=name, unavailable_since__isnull=False).update(
+            unavailable_since=None
+        )
+        if cleared:
+            _announce_available([name])
+    return bool(cleared)
+
+
+def forget_hosts(names: Iterable[str]) -> int:
+    """Delete the Host rows of ``names`` (a reset): the number deleted."""
+    return _forget(Host.objects.filter(name__in=sorted(set(names))))
+
+
+def _forget(rows: QuerySet[Host]) -> int:
+    with transaction.atomic():
+        back = list(rows.filter(unavailable_since__isnull=False).values_list("name", flat=True))
+        deleted, _ = rows.delete()
+        if back:
+            _announce_available(back)
+    return deleted
+
+
+def _announce_available(names: list[str]) -> None:
+    forget_cached()
+
+    def send() -> None:
+        forget_cached()
+        for name in names:
+            send_logged(host_available, Host, host=name)
+
+    transaction.on_commit(send, robust=True)
+
+
+def record_failures(failures: Mapping[str, Failure]) -> None:
+    """Count today as a failure day for each host, keep its latest failure as its
+    reason, and mark those now unavailable (``host_unavailable`` once committed)."""
+    if not failures:
         return
+    names = sorted(failures)
     now = timezone.now()
     today = now.date()
-    Host.objects.filter(name__in=names).exclude(last_failure_day=today).update(
-        failure_days=F("failure_days") + 1, last_failure_day=today
-    )
-    Host.objects.bulk_create(
-        [Host(name=name, last_failure_day=today, first_failure_at=now) for name in names],
-        ignore_conflicts=True,
-    )
-    Host.objects.filter(
-        name__in=names,
-        failure_days__gte=conf.UNAVAILABLE_AFTER_DAYS,
-        unavailable_since__isnull=True,
-    ).update(unavailable_since=now)
+    statuses = Case(*(When(name=n, then=Value(failures[n][0])) for n in names))
+    errors = Case(*(When(name=n, then=Value(reason(*failures[n]))) for n in names))
+    with transaction.atomic():
+        rows = Host.objects.filter(name__in=names)
+        rows.update(last_status=statuses, last_error=errors)
+        rows.exclude(last_failure_day=today).update(
+            failure_days=F("failure_days") + 1, last_failure_day=today
+        )
+        Host.objects.bulk_create(
+            [
+                Host(
+                    name=name,
+                    last_failure_day=today,
+                    first_failure_at=now,
+                    last_status=failures[name][0],
+                    last_error=reason(*failures[name]),
+                )
+                for name in names
+            ],
+            ignore_conflicts=True,
+        )
+        newly = rows.filter(
+            failure_days__gte=conf.UNAVAILABLE_AFTER_DAYS, unavailable_since__isnull=True
+        )
+        marked = list(newly.values_list("name", "last_error"))
+        if marked:
+            newly.filter(name__in=[name for name, _ in marked]).update(unavailable_since=now)
+            _announce_unavailable(marked, now)
+
+
+def _announce_unavailable(marked: list[tuple[str, str]], since: datetime) -> None:
+    def send() -> None:
+        forget_cached()
+        for name, why in marked:
+            send_logged(host_unavailable, Host, host=name, since=since, reason=why)
+
+    transaction.on_commit(send, robust=True)
 
 
 def unavailable_hosts() -> frozenset[str]:

@@ -28,6 +28,9 @@ def server_failed(status: int | None) -> bool:
     return status is None or status >= 500 or status in (408, 429)
 
 
+#: A server asking us to slow down: throttling, not a failure of the host.
+TOO_MANY_REQUESTS = 429
+
 #: ``Outcome.failure`` of an attempt that went wrong on our side, not the host's: an
 #: exception in the worker, an application function that raised or did not answer, an
 #: outcome that could not be recorded.  Retried soon, never counted against the host.
@@ -93,11 +96,13 @@ class Outcome:
 
     @property
     def host_failed(self) -> bool:
-        """Whether this outcome counts against its host (breaker, failure days): a
-        retry after no answer, a 5xx, a 408 or a 429; not a failure of our own."""
+        """Whether this outcome counts as a failure day of its host: a retry after no
+        answer, a 5xx or a 408; not a ``429`` (the host asks us to slow down, it does
+        not fail) and not a failure of our own."""
         return (
             self.result is AttemptResult.RETRY
             and self.failure != INTERNAL
+            and self.status != TOO_MANY_REQUESTS
             and server_failed(self.status)
         )
 
