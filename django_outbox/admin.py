@@ -14,12 +14,13 @@ from __future__ import annotations
 from django.contrib import admin
 
 from django_outbox.admin_deliveries import DeliveryAdmin
-from django_outbox.admin_hosts import HostAdmin
+from django_outbox.admin_hosts import HostAdmin, HostPauseAdmin
 from django_outbox.admin_messages import MessageAdmin
-from django_outbox.models import Delivery, Host, Message, PaymentAttempt
+from django_outbox.models import Delivery, Host, HostPause, Message, PaymentAttempt
 from django_outbox.payments.admin import PaymentAttemptAdmin
 
 admin.site.register(Delivery, DeliveryAdmin)
 admin.site.register(Message, MessageAdmin)
 admin.site.register(Host, HostAdmin)
+admin.site.register(HostPause, HostPauseAdmin)
 admin.site.register(PaymentAttempt, PaymentAttemptAdmin)
