@@ -25,10 +25,11 @@ from django.views.decorators.http import require_POST
 
 from django_outbox.admin_confirm import REQUEUE, Change, change_paths, confirm_or_act, log
 from django_outbox.admin_deliveries import host_page
-from django_outbox.admin_format import breaker_host, local_time, shown
+from django_outbox.admin_format import local_time, shown
 from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.breakers import BreakerStoreUnavailable
 from django_outbox.breakers.configured import breakers_shared, configured_store
+from django_outbox.breakers.policy import breaker_host
 from django_outbox.bulk import parse_since, parse_until
 from django_outbox.exceptions import InvalidHost, InvalidSince
 from django_outbox.models import Delivery, Host, HostPause, PaymentAttempt

@@ -15,6 +15,7 @@ import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -29,6 +30,7 @@ from django_outbox.endpoints import check_secrets, clean_endpoints, webhook_send
 from django_outbox.exceptions import InvalidBatch, InvalidInbox
 from django_outbox.fanout import choose_lane, store_pending, write_deliveries
 from django_outbox.hosts import host_seen
+from django_outbox.metrics.recording import record_fanout
 from django_outbox.models import Delivery, Message, Signing
 from django_outbox.operations import give_up, requeue
 from django_outbox.pauses import Pause, pause_host, resume_host
@@ -222,6 +224,7 @@ class Outbox:
             else:
                 store_pending(message, targets)
                 start_expansion_on_commit(message.pk, message.lane)
+            transaction.on_commit(partial(record_fanout, len(targets)), robust=True)
         return message
 
     def requeue(self, deliveries: QuerySet[Delivery]) -> int:
