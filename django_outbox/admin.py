@@ -16,13 +16,14 @@ from django.contrib import admin
 
 from django_outbox.admin_deliveries import DeliveryAdmin
 from django_outbox.admin_endpoints import EndpointAdmin
-from django_outbox.admin_hosts import HostAdmin
+from django_outbox.admin_hosts import HostAdmin, HostPauseAdmin
 from django_outbox.admin_messages import MessageAdmin
-from django_outbox.models import Delivery, Endpoint, Host, Message, PaymentAttempt
+from django_outbox.models import Delivery, Endpoint, Host, HostPause, Message, PaymentAttempt
 from django_outbox.payments.admin import PaymentAttemptAdmin
 
 admin.site.register(Delivery, DeliveryAdmin)
 admin.site.register(Message, MessageAdmin)
 admin.site.register(Host, HostAdmin)
+admin.site.register(HostPause, HostPauseAdmin)
 admin.site.register(Endpoint, EndpointAdmin)
 admin.site.register(PaymentAttempt, PaymentAttemptAdmin)

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.contrib import admin
 from django.utils import timezone
@@ -60,14 +59,6 @@ def count(value: int | None) -> str:
 def msat(value: int | None) -> str:
     """An amount in millisatoshis, with separators and its unit."""
     return "-" if value is None else f"{value:,} msat"
-
-
-def breaker_host(key: str) -> str:
-    """The host a breaker's key names: ``host:NAME``, or the host of ``inbox:URL``."""
-    scope, _, rest = key.partition(":")
-    if scope == "inbox":
-        return (urlsplit(rest).hostname or "").lower()
-    return rest.lower()
 
 
 def shown(

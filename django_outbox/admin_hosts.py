@@ -3,7 +3,8 @@
 A host's page (``host/destination/<name>/``) exists for any host deliveries go to,
 failing or not: its deliveries by state, its health row (failure days and since
 when), the reason it fails, its breaker, its latest attempts, and what can be done
-(requeue what failed since a time, give up on what is live, reset it).  Resetting
+(requeue what failed since a time, give up on what is live, reset it, pause or
+resume it).  Resetting
 is :func:`~django_outbox.status.hosts.reset_hosts`, as ``outbox hosts reset`` does.
 """
 
@@ -24,13 +25,15 @@ from django.views.decorators.http import require_POST
 
 from django_outbox.admin_confirm import REQUEUE, Change, change_paths, confirm_or_act, log
 from django_outbox.admin_deliveries import host_page
-from django_outbox.admin_format import breaker_host, local_time, shown
+from django_outbox.admin_format import local_time, shown
 from django_outbox.admin_readonly import ReadOnlyAdmin
 from django_outbox.breakers import BreakerStoreUnavailable
 from django_outbox.breakers.configured import breakers_shared, configured_store
-from django_outbox.bulk import parse_since
-from django_outbox.exceptions import InvalidSince
-from django_outbox.models import Delivery, Host, PaymentAttempt
+from django_outbox.breakers.policy import breaker_host
+from django_outbox.bulk import parse_since, parse_until
+from django_outbox.exceptions import InvalidHost, InvalidSince
+from django_outbox.models import Delivery, Host, HostPause, PaymentAttempt
+from django_outbox.pauses import pause_host, resume_host
 from django_outbox.status.hosts import host_report, reset_hosts
 from django_outbox.status.snapshot import FAILED_RESULTS, STATES
 
@@ -46,6 +49,20 @@ HOST_OFFERS = {
     "requeue": ("failed", "refused", "skipped"),
     "give_up": ("queued", "waiting", "sending"),
 }
+
+
+class HostPauseAdmin(ReadOnlyAdmin):
+    """Hosts an operator paused; each links to its page, where it is resumed."""
+
+    list_display = ("name_link", "reason", "paused", "ends")
+    search_fields = ("name",)
+
+    @admin.display(description="host", ordering="name")
+    def name_link(self, obj: HostPause) -> SafeString:
+        return format_html('<a href="{}">{}</a>', host_page(obj.name), obj.name)
+
+    paused = shown("paused_at", "paused since", ordering="paused_at")
+    ends = shown("until", "until", ordering="until")
 
 
 class HostAdmin(ReadOnlyAdmin):
@@ -127,6 +144,16 @@ class HostAdmin(ReadOnlyAdmin):
                 "destination/<str:name>/reset/",
                 site.admin_view(require_POST(self.host_reset_view)),
                 name="django_outbox_host_reset",
+            ),
+            path(
+                "destination/<str:name>/pause/",
+                site.admin_view(require_POST(self.host_pause_view)),
+                name="django_outbox_host_pause",
+            ),
+            path(
+                "destination/<str:name>/resume/",
+                site.admin_view(require_POST(self.host_resume_view)),
+                name="django_outbox_host_resume",
             ),
             *super().get_urls(),
         ]
@@ -216,6 +243,35 @@ class HostAdmin(ReadOnlyAdmin):
         name = name.lower()
         row = Host.objects.filter(name=name).values_list("pk", flat=True).first()
         self.reset_and_report(request, [name], row)
+        return HttpResponseRedirect(host_page(name))
+
+    def host_pause_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """Hold every delivery to a host, with a reason and an optional end (POST)."""
+        if not (self.may_see_host(request) and self.has_manage_permission(request)):
+            raise PermissionDenied
+        name = name.lower()
+        until_text = request.POST.get("until", "").strip()
+        try:
+            until = parse_until(until_text) if until_text else None
+            pause = pause_host(name, request.POST.get("reason", "").strip(), until)
+        except (InvalidHost, InvalidSince) as error:
+            messages.error(request, f"Not paused: {error}")
+            return HttpResponseRedirect(host_page(name))
+        end = f"until {local_time(pause.until)}" if pause.until else "until resumed"
+        text = f"Paused {name} {end}: its deliveries are held (workers see it within seconds)."
+        messages.success(request, text)
+        log(request, Host, None, f"paused {name}", text)
+        return HttpResponseRedirect(host_page(name))
+
+    def host_resume_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """End a host's pause and send its held deliveries now (POST)."""
+        if not (self.may_see_host(request) and self.has_manage_permission(request)):
+            raise PermissionDenied
+        name = name.lower()
+        released = resume_host(name)
+        text = f"Resumed {name}: {released:,} held deliveries sent again."
+        messages.success(request, text)
+        log(request, Host, None, f"resumed {name}", text)
         return HttpResponseRedirect(host_page(name))
 
     def breakers_view(self, request: HttpRequest) -> HttpResponse:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,8 +30,11 @@ from django_outbox.endpoint_health import enable_endpoints
 from django_outbox.endpoints import check_secrets, clean_endpoints, webhook_sender
 from django_outbox.exceptions import InvalidBatch, InvalidInbox
 from django_outbox.fanout import choose_lane, store_pending, write_deliveries
+from django_outbox.hosts import host_seen
+from django_outbox.metrics.recording import record_fanout
 from django_outbox.models import Delivery, Message, Signing
 from django_outbox.operations import give_up, requeue
+from django_outbox.pauses import Pause, pause_host, resume_host
 from django_outbox.portable import PortableInbox
 from django_outbox.progress import Progress, message_progress
 from django_outbox.recipients import HasInbox, Recipient, collapse
@@ -234,6 +239,7 @@ class Outbox:
             else:
                 store_pending(message, targets)
                 start_expansion_on_commit(message.pk, message.lane)
+            transaction.on_commit(partial(record_fanout, len(targets)), robust=True)
         return message
 
     def requeue(self, deliveries: QuerySet[Delivery]) -> int:
@@ -277,6 +283,24 @@ class Outbox:
         """
         (endpoint,) = clean_endpoints([url])
         return enable_endpoints([endpoint]) > 0
+
+    def host_seen(self, host: str) -> bool:
+        """Tell that ``host`` (a host name, or a URL on it such as an actor id) contacted
+        us, as an inbox view does on each activity it accepts: if it was marked
+        unavailable, deliveries go to it again (``host_available`` is sent).  Returns
+        whether it was unavailable.  See :func:`django_outbox.hosts.host_seen`.
+        """
+        name = urlsplit(host).hostname if "://" in host else host
+        return host_seen(name or "")
+
+    def pause_host(self, host: str, reason: str = "", until: datetime | None = None) -> Pause:
+        """Hold every delivery to ``host`` (not failed, no attempt spent) until
+        :meth:`resume_host`, or ``until``; see :mod:`django_outbox.pauses`."""
+        return pause_host(host, reason, until)
+
+    def resume_host(self, host: str) -> int:
+        """End ``host``'s pause; its held deliveries are published at once.  How many."""
+        return resume_host(host)
 
 
 outbox = Outbox()

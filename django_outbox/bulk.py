@@ -38,9 +38,19 @@ def parse_since(value: str) -> datetime:
 
     Raises :class:`~django_outbox.exceptions.InvalidSince` for anything else.
     """
+    return _moment(value, -1)
+
+
+def parse_until(value: str) -> datetime:
+    """``90s``, ``30m``, ``2h``, ``7d`` from now, or a date as :func:`parse_since` reads it."""
+    return _moment(value, 1)
+
+
+def _moment(value: str, direction: int) -> datetime:
     match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd])", value.strip())
     if match:
-        return timezone.now() - timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        seconds = float(match[1]) * _UNITS[match[2]]
+        return timezone.now() + timedelta(seconds=direction * seconds)
     try:
         moment = parse_datetime(value.strip())
     except ValueError:  # well formed, but not a date (a 13th month)

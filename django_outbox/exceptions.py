@@ -80,6 +80,10 @@ class InvalidBatch(InvalidSend):
     """A :class:`~django_outbox.Batch` option has a value that cannot be used."""
 
 
+class InvalidHost(OutboxError, ValueError):
+    """A host to pause or resume is not a host name, or its pause would end in the past."""
+
+
 class InvalidSince(OutboxError, ValueError):
     """A "since" given to select deliveries is neither a duration (``90s``, ``30m``,
     ``2h``, ``7d``) nor an ISO 8601 date."""

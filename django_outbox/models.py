@@ -222,6 +222,28 @@ class Host(models.Model):
     first_failure_at = models.DateTimeField(default=timezone.now)
     last_failure_day = models.DateField()
     unavailable_since = models.DateTimeField(null=True, blank=True, db_index=True)
+    last_status = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="The status of its latest failure; empty: no answer."
+    )
+    last_error = models.TextField(blank=True, default="", help_text="Its latest failure.")
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class HostPause(models.Model):
+    """A host an operator paused: deliveries to it are held, not sent, until it is
+    resumed or ``until`` passes (see :mod:`django_outbox.pauses`)."""
+
+    name = models.CharField(max_length=columns.HOST, unique=True)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    paused_at = models.DateTimeField(default=timezone.now)
+    until = models.DateTimeField(
+        null=True, blank=True, help_text="When it resumes by itself; empty: when resumed."
+    )
 
     class Meta:
         ordering = ("name",)

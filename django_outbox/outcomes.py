@@ -103,7 +103,8 @@ class Outcome:
     @property
     def host_failed(self) -> bool:
         """Whether this outcome counts against its host (breaker, failure days): a
-        retry after no answer, a 5xx or a 408; not a 429, nor a failure of our own."""
+        retry after no answer, a 5xx or a 408; not a 429 (throttling), nor a failure of
+        our own."""
         return (
             self.result is AttemptResult.RETRY
             and self.failure != INTERNAL

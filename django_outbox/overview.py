@@ -18,8 +18,8 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
-from django_outbox.admin_format import breaker_host
 from django_outbox.breakers.configured import breakers_shared
+from django_outbox.breakers.policy import breaker_host
 from django_outbox.charts import bar_chart, legend
 from django_outbox.conf import conf
 from django_outbox.status.snapshot import STATES, failing_population, take_snapshot

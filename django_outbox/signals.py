@@ -55,6 +55,18 @@ Every signal is sent with ``sender=Delivery`` (``endpoint_disabled`` with
     reserved that day), ``budget_msat`` and ``amount_msat`` (the price asked).
     Sent for each delivery held.
 
+``host_unavailable`` (``sender=Host``)
+    When a host is marked unavailable (``OUTBOX_UNAVAILABLE_AFTER_DAYS`` days of its
+    own failures, no success between): ``host`` (the host name), ``since`` (when, an
+    aware ``datetime``) and ``reason`` (its latest failure, e.g. ``"HTTP 503"`` or
+    ``"timeout: ..."``).  Deliveries to it are skipped from then on (see
+    ``OUTBOX_SKIP_UNAVAILABLE``): an application may stop counting its followers there,
+    as Mastodon does.
+
+``host_available`` (``sender=Host``)
+    When an unavailable host is available again: it accepted a delivery, an
+    operator reset it, or the application called ``outbox.host_seen(host)``.  ``host``.
+
 ``delivery_settled`` also carries ``amount_msat``: what the delivery's own
 payment cost when it was delivered with it (0 for an unpaid destination, or a
 token another delivery paid for).
@@ -66,8 +78,9 @@ worker that dies in between leaves the delivery to be sent again and its
 signals sent again.  They are therefore at least once, and a receiver must
 tolerate running twice for one delivery; the ``delivery`` row passed in
 already carries its new state, which the database may not show yet.  The
-payment signals and ``endpoint_disabled`` are sent once their change is committed,
-at most once each.
+payment signals, ``endpoint_disabled`` and the host signals are sent once their
+change is committed, at most once each (a host marked by two processes at once may
+be announced twice).
 """
 
 from __future__ import annotations
@@ -84,6 +97,8 @@ endpoint_disabled = Signal()
 payment_made = Signal()
 payment_failed = Signal()
 payment_budget_exceeded = Signal()
+host_unavailable = Signal()
+host_available = Signal()
 
 logger = logging.getLogger("django_outbox.signals")
 

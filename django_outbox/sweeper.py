@@ -8,7 +8,8 @@ re-runs large fan-outs whose expansion was lost; frees ordered deliveries
 left waiting; resolves payments of finished deliveries (``OUTBOX_PAYMENTS``);
 sends the ``delivery_failed`` signals of give-ups whose process died before it
 could; and prunes finished rows past the retention period (payment attempts once
-their delivery is pruned, heartbeats of processes dead for an hour).  Every
+their delivery is pruned, heartbeats of processes dead for an hour, host pauses
+whose end has passed).  Every
 change of state is made in :mod:`django_outbox.store`.
 
 Beat runs it every ``OUTBOX_SWEEP_INTERVAL`` seconds.  What must not wait that
@@ -25,6 +26,7 @@ from django_outbox.conf import conf
 from django_outbox.dispatch import publish, restart_expansions, take_undispatched
 from django_outbox.operations import give_up, resend_failed_signals, take_back
 from django_outbox.passes import Steps, run_steps
+from django_outbox.pauses import end_lapsed_pauses
 from django_outbox.payments import ledger
 from django_outbox.payments.recovery import resolve_orphans
 from django_outbox.store import heartbeats, queries, reclaim, transitions
@@ -86,6 +88,7 @@ def sweep(part: Steps | None = None) -> dict[str, int]:
         "pruned": transitions.prune,
         "pruned_payments": _prune_payments,
         "pruned_heartbeats": heartbeats.prune,
+        "pauses_ended": end_lapsed_pauses,
     }
     counts = run_steps(steps, "sweep", part)
     if any(counts.values()):

@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NamedTuple, Protocol
+from urllib.parse import urlsplit
 
 from django_outbox.exceptions import OutboxConfigurationError, OutboxError
 
@@ -185,6 +186,15 @@ def breaker_key(host: str, inbox: str, scope: BreakerScope) -> str:
     if scope == "inbox":
         return f"inbox:{inbox}"
     raise OutboxConfigurationError(f'breaker scope is "host" or "inbox", not {scope!r}')
+
+
+def breaker_host(key: str) -> str:
+    """The host a breaker's key names (:func:`breaker_key`'s inverse, for the host):
+    ``host:NAME``, or the host of ``inbox:URL``."""
+    scope, _, rest = key.partition(":")
+    if scope == "inbox":
+        return (urlsplit(rest).hostname or "").lower()
+    return rest.lower()
 
 
 def held(retry_in: float, why: Literal["open", "busy", "throttled"]) -> Admission:

@@ -21,11 +21,15 @@ from prometheus_client.core import (
     Metric,
 )
 
+from django_outbox.breakers import BreakerState
+from django_outbox.breakers.policy import breaker_host
 from django_outbox.conf import conf
+from django_outbox.metrics.destinations import DestinationGauges, destination_gauges
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.metrics.tally import (
     ATTEMPT_SECONDS,
     ATTEMPTS,
+    FANOUT,
     FINISHED,
     HISTOGRAMS,
     REQUESTS,
@@ -33,7 +37,7 @@ from django_outbox.metrics.tally import (
     bound_label,
     decode,
 )
-from django_outbox.models import FINAL_STATES, Lane
+from django_outbox.models import FINAL_STATES, Lane, PaymentState
 from django_outbox.signing.http import Scheme
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME
 from django_outbox.status.processes import ProcessStatus
@@ -64,6 +68,7 @@ COUNTERS: dict[str, tuple[str, tuple[str, ...], list[tuple[str, ...]]]] = {
 HISTOGRAM_HELP = {
     ATTEMPT_SECONDS: ("Seconds an attempt's requests took.", ()),
     SETTLE_SECONDS: ("Seconds from send() to a delivery's final state, by lane.", ("lane",)),
+    FANOUT: ("Distinct inboxes or endpoints of each committed send.", ()),
 }
 #: Failing hosts exposed with a ``host`` label at most (the worst, by failed attempts).
 TOP_HOSTS = 10
@@ -96,6 +101,13 @@ class OutboxCollector:
             logger.warning("cannot read the outbox's status from the database", exc_info=True)
             return
         yield from gauge_families(snapshot)
+        yield from breaker_families(snapshot.breakers)
+        try:
+            gauges = destination_gauges(conf.METRICS_TTL)
+        except Exception:
+            logger.warning("cannot read the hosts' backlog or the payments", exc_info=True)
+            return
+        yield from destination_families(gauges)
 
 
 def counter_families(fields: dict[str, float]) -> Iterator[Metric]:
@@ -248,3 +260,43 @@ def process_families(processes: Sequence[ProcessStatus]) -> Iterator[Metric]:
     for part, count in sorted(counts.items()):
         unwell.add_metric([part], count)
     yield unwell
+
+
+def breaker_families(breakers: Sequence[BreakerState]) -> Iterator[Metric]:
+    """The open breakers of the :data:`TOP_HOSTS` hosts with the most failures."""
+    family = GaugeMetricFamily(
+        "outbox_host_breaker_open",
+        f"Open breakers of the {TOP_HOSTS} hosts with the most failures (1), by whether "
+        "a probe is under way (half-open).",
+        labels=["host", "probing"],
+    )
+    worst = sorted(breakers, key=lambda state: -state.failures)[:TOP_HOSTS]
+    for state in worst:
+        family.add_metric([breaker_host(state.key), str(state.probing).lower()], 1)
+    yield family
+
+
+def destination_families(gauges: DestinationGauges) -> Iterator[Metric]:
+    """The hosts' backlog ages, and what paid push paid (with ``OUTBOX_PAYMENTS``)."""
+    backlog = GaugeMetricFamily(
+        "outbox_host_backlog_age_seconds",
+        f"Seconds the oldest due delivery of each of the {TOP_HOSTS} longest-waiting hosts "
+        "has waited past its time.",
+        labels=["host"],
+    )
+    for host, age in gauges.backlog_ages:
+        backlog.add_metric([host], age)
+    yield backlog
+    payments = gauges.payments
+    if payments is None:
+        return
+    described = (
+        ("outbox_payments", "Payment attempts kept, by state.", payments.count),
+        ("outbox_payments_amount_msat", "Their prices (msat), by state.", payments.amount_msat),
+        ("outbox_payments_fee_msat", "Their routing fees (msat), by state.", payments.fee_msat),
+    )
+    for name, help_text, values in described:
+        family = GaugeMetricFamily(name, help_text, labels=["state"])
+        for state in PaymentState.values:
+            family.add_metric([state], values.get(state, 0))
+        yield family

@@ -24,6 +24,7 @@ from django_outbox.metrics.store import WINDOW, configured_metrics_store
 from django_outbox.metrics.tally import (
     ATTEMPT_SECONDS,
     ATTEMPTS,
+    FANOUT,
     FINISHED,
     REQUESTS,
     SETTLE_SECONDS,
@@ -167,6 +168,16 @@ def record_batch(
     """Count a saved batch (see :func:`tally_batch`); written within :data:`FLUSH_EVERY`."""
     if conf.METRICS and outcomes:
         _this_process().add(tally_batch(outcomes, finished))
+
+
+def record_fanout(inboxes: int) -> None:
+    """Count a committed send to ``inboxes`` distinct inboxes or endpoints (after shared
+    inboxes are collapsed) in ``outbox_fanout_inboxes``; written within :data:`FLUSH_EVERY`
+    by this process's metrics thread, so the sender never waits for the store."""
+    if conf.METRICS:
+        tally = Tally()
+        tally.observe(FANOUT, inboxes)
+        _this_process().add(tally)
 
 
 def watch_engine(usage: Callable[[], tuple[int, int]]) -> None:

@@ -17,6 +17,7 @@ ATTEMPTS = "outbox_attempts_total"
 REQUESTS = "outbox_requests_total"
 ATTEMPT_SECONDS = "outbox_attempt_duration_seconds"
 SETTLE_SECONDS = "outbox_send_to_settle_seconds"
+FANOUT = "outbox_fanout_inboxes"
 
 #: Bucket bounds (seconds) of the attempt duration and send-to-settle histograms.
 ATTEMPT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -24,7 +25,13 @@ SETTLE_BUCKETS = (
     *(0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
     *(900.0, 3600.0, 4 * 3600.0, 86400.0, 3 * 86400.0),
 )
-HISTOGRAMS = {ATTEMPT_SECONDS: ATTEMPT_BUCKETS, SETTLE_SECONDS: SETTLE_BUCKETS}
+#: Bucket bounds (inboxes) of the fan-out histogram: a reply, a post, a popular post.
+FANOUT_BUCKETS = (1, 2, 5, 10, 50, 100, 500, 1_000, 5_000, 10_000, 50_000, 100_000)
+HISTOGRAMS: dict[str, tuple[float, ...]] = {
+    ATTEMPT_SECONDS: ATTEMPT_BUCKETS,
+    SETTLE_SECONDS: SETTLE_BUCKETS,
+    FANOUT: FANOUT_BUCKETS,
+}
 
 #: A counter's key: its name, then label names and values in turn.
 Key = tuple[str, ...]

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerState, BreakerStoreUnavailable, breaker_key
 from django_outbox.breakers.configured import configured_store
-from django_outbox.hosts import forget_cached
+from django_outbox.hosts import forget_hosts
 from django_outbox.metrics.store import configured_metrics_store
-from django_outbox.models import Attempt, Delivery, DeliveryState, Host
+from django_outbox.models import Attempt, Delivery, DeliveryState, Host, HostPause
 from django_outbox.status.snapshot import STATES
 from django_outbox.status.timings import HostTime, parse_timings, slowest_hosts
 
@@ -28,8 +28,10 @@ class HostReport:
     counts: dict[str, int]
     due: int
     oldest_due: float | None
-    #: Its Host row while it fails (failure days, since when, unavailable since).
+    #: Its Host row while it fails (failure days, since when, unavailable since, why).
     failing: Host | None
+    #: Its pause, if an operator paused it.
+    pause: HostPause | None
     breaker: BreakerState | None
     #: The latest rows of its deliveries' attempt history, newest first.
     history: list[Attempt]
@@ -68,6 +70,7 @@ def host_report(host: str) -> HostReport:
         due=due["n"],
         oldest_due=oldest,
         failing=Host.objects.filter(name=host).first(),
+        pause=HostPause.objects.filter(name=host).first(),
         breaker=breaker,
         history=list(Attempt.objects.filter(host=host).order_by("-at")[:HISTORY_SHOWN]),
         recent=recent,
@@ -81,8 +84,7 @@ def reset_hosts(names: Iterable[str]) -> tuple[int, int]:
     Returns how many Host rows were deleted and how many breakers were reset.
     """
     names = sorted({name.lower() for name in names})
-    deleted, _ = Host.objects.filter(name__in=names).delete()
-    forget_cached()
+    deleted = forget_hosts(names)
     store = configured_store()
     for name in names:
         store.reset(breaker_key(name, "", "host"))

@@ -150,6 +150,11 @@ def render_host(report: HostReport) -> str:
             f"\nhealth: failing since {clock(failing.first_failure_at)}, on "
             f"{failing.failure_days} days; unavailable: {unavailable}"
         )
+        lines.append(f"reason: {failing.last_error or '-'}")
+    pause = report.pause
+    if pause is not None:
+        end = f"until {clock(pause.until)}" if pause.until else "until resumed"
+        lines.append(f"paused since {clock(pause.paused_at)}, {end}: {pause.reason or '-'}")
     breaker = report.breaker
     lines.append(
         "breaker: closed"

@@ -36,7 +36,7 @@ from django.utils import timezone
 from django_outbox.backoff import decide
 from django_outbox.conf import conf
 from django_outbox.endpoint_health import EndpointOutcomes
-from django_outbox.hosts import record_failures, record_successes
+from django_outbox.hosts import Failure, record_failures, record_successes
 from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
 from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
 from django_outbox.safe_text import one_line
@@ -256,7 +256,8 @@ class OutcomePlan:
     updates: GroupedUpdates = field(default_factory=GroupedUpdates)
     succeeded: set[str] = field(default_factory=set)
     recovered: set[str] = field(default_factory=set)
-    failing: set[str] = field(default_factory=set)
+    #: Hosts that failed in this batch, with the status and error of their latest failure.
+    failing: dict[str, Failure] = field(default_factory=dict)
     endpoints: EndpointOutcomes = field(default_factory=EndpointOutcomes)
 
 
@@ -277,7 +278,7 @@ def plan_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
             if check.failing:
                 plan.recovered.add(row.host)
         elif outcome.host_failed:
-            plan.failing.add(row.host)
+            plan.failing[row.host] = (outcome.status, outcome.error)
         plan.endpoints.note(outcome)
         fields = _fields_for(outcome, now, plan)
         plan.updates.add(row.token, row.id, fields)
@@ -332,7 +333,9 @@ def save_outcomes(plan: OutcomePlan) -> None:
         # Only hosts that had a Host row when the batch was read: a row another
         # process writes after that is a failure seen after this success.
         record_successes(plan.recovered)
-        record_failures(plan.failing - plan.succeeded)
+        record_failures(
+            {host: failure for host, failure in plan.failing.items() if host not in plan.succeeded}
+        )
         plan.endpoints.save()
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Protocol
 
 from django.utils import timezone
@@ -26,10 +27,12 @@ from django_outbox.hosts import unavailable_hosts
 from django_outbox.keys import SenderKey
 from django_outbox.models import Signing
 from django_outbox.outcomes import AttemptResult, Outcome, internal_error
+from django_outbox.pauses import paused_hosts
 from django_outbox.payments.claims import payment_jobs
 from django_outbox.payments.reports import PAID_AT_CLAIM
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookKeys, as_webhook_keys
 from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.store.transitions import park
 from django_outbox.worker.attempt import Job
 from django_outbox.worker.recorder import park_payment_holds
 
@@ -139,7 +142,8 @@ def prepare_jobs(
 ) -> list[Job]:
     """The jobs to send for ``claimed``; the outcomes of those not to send go to ``settle``.
 
-    A delivery past its batch's deadline expires, one to an unavailable host
+    A delivery past its batch's deadline expires, one to a paused host is parked
+    until the pause ends (:mod:`~django_outbox.pauses`), one to an unavailable host
     is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), and so is a webhook to a
     disabled endpoint, one whose sender lost
     its key (or whose endpoint its webhook secret) is refused, and one whose
@@ -154,6 +158,8 @@ def prepare_jobs(
     now = timezone.now()
     unavailable = unavailable_hosts()
     disabled = disabled_endpoints()
+    paused = paused_hosts()
+    parked: dict[str, list[tuple[ClaimedRow, datetime]]] = {}
     # Room in the lease for two knocks of the whole time budget and saving the
     # outcome; with a lease too short for that (system check W003), half of it.
     lease = conf.LEASE_SECONDS
@@ -167,6 +173,10 @@ def prepare_jobs(
         try:
             if message.deadline is not None and message.deadline <= now:
                 settle(Outcome(row, message, AttemptResult.EXPIRED))
+                continue
+            pause = paused.get(row.host)
+            if pause is not None:
+                parked.setdefault(pause.error, []).append((row, pause.parked_until(now)))
                 continue
             if row.host in unavailable and conf.SKIP_UNAVAILABLE(row.inbox, message.activity_type):
                 error = f"skipped: {row.host} is marked unavailable"
@@ -198,4 +208,6 @@ def prepare_jobs(
     # Parked at once; a hold past its batch's deadline goes to the recorder, to fail.
     for outcome in park_payment_holds(holds):
         settle(outcome)
+    for why, rows in parked.items():
+        park(rows, why)
     return jobs

@@ -115,8 +115,15 @@ def _failing_hosts(now: datetime, rng: random.Random) -> None:
         last_failure_day=today,
         first_failure_at=now - timedelta(days=8),
         unavailable_since=now,
+        last_error="timeout: connect to dead.example timed out",
     )
-    Host.objects.create(name="flaky.example", failure_days=1, last_failure_day=today)
+    Host.objects.create(
+        name="flaky.example",
+        failure_days=1,
+        last_failure_day=today,
+        last_status=503,
+        last_error="HTTP 503",
+    )
     failing = Delivery.objects.filter(host__in=["dead.example", "flaky.example"]).order_by("id")
     history = []
     for n, delivery in enumerate(failing[:120]):

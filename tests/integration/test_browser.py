@@ -230,6 +230,56 @@ def test_a_hosts_page_requeues_since_refuses_a_bad_since_and_reset_closes_the_br
     assert store.admit(DEAD, policy).kind == "pass"
 
 
+def test_a_host_is_paused_and_resumed_from_its_page(
+    operator: Browser, sample: dict[str, int]
+) -> None:
+    """Issue 24: the host page pauses a host with a reason and an end, shows it (also
+    in the list of paused hosts), refuses a bad end, and resumes it, sending its held
+    deliveries again; each change is in the admin's log."""
+    operator.get("/admin/django_outbox/host/destination/dead.example/")
+    operator.wait_for("#outbox-host-pause")
+    assert operator.text("#outbox-host-paused") == "no"
+    assert (
+        operator.text("#outbox-host-last-failure") == "timeout: connect to dead.example timed out"
+    )
+    operator.find("#outbox-host-pause input[name=until]").send_keys("soon")
+    operator.find("#outbox-host-pause input[type=submit]").click()
+    operator.wait_for("ul.messagelist")
+    ((level, text),) = operator.messages()
+    assert level == "error" and text.startswith("Not paused: 'soon': give a duration")
+    operator.find("#outbox-host-pause input[name=reason]").send_keys("asked by its admin")
+    operator.find("#outbox-host-pause input[name=until]").send_keys("2h")
+    operator.find("#outbox-host-pause input[type=submit]").click()
+    operator.wait_for("#outbox-host-resume")
+    ((level, text),) = operator.messages()
+    assert level == "success" and text.startswith("Paused dead.example until ")
+    assert "asked by its admin" in operator.text("#outbox-host-paused")
+    operator.get("/admin/django_outbox/hostpause/")
+    assert "dead.example" in operator.text("#result_list")
+    held = Delivery.objects.filter(host="dead.example", state=DeliveryState.QUEUED)
+    parked = held.update(  # as a worker parks them
+        last_error="held: dead.example is paused: asked by its admin",
+        next_attempt_at=timezone.now() + timedelta(minutes=5),
+        dispatched_at=None,
+    )
+    assert parked > 0
+    operator.get("/admin/django_outbox/host/destination/dead.example/")
+    operator.find("#outbox-host-resume input[type=submit]").click()
+    operator.wait_for("#outbox-host-pause")
+    ((level, text),) = operator.messages()
+    assert (level, text) == (
+        "success",
+        f"Resumed dead.example: {parked} held deliveries sent again.",
+    )
+    assert operator.text("#outbox-host-paused") == "no"
+    assert not held.filter(next_attempt_at__gt=timezone.now()).exists()
+    logged = LogEntry.objects.filter(object_repr__endswith="dead.example")
+    assert {entry.object_repr for entry in logged} >= {
+        "paused dead.example",
+        "resumed dead.example",
+    }
+
+
 def test_the_overview_refreshes_itself_every_5_s_when_asked(
     operator: Browser, sample: dict[str, int]
 ) -> None:

@@ -10,7 +10,7 @@ import pytest
 from django.test import override_settings
 
 from django_outbox import sweeper
-from django_outbox.models import Delivery, DeliveryState, Heartbeat, Lane, Message
+from django_outbox.models import Delivery, DeliveryState, Heartbeat, HostPause, Lane, Message
 from django_outbox.signals import delivery_failed
 from django_outbox.store.transitions import prune
 from tests.support.broker import RecordingApp
@@ -271,6 +271,8 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
     delivery(message(), FAILED, finished_at=ago(60), failed_signal_pending=True)
     Heartbeat.objects.create(name="gone:1:0", beat_at=ago(2 * LONG_AGO))
     Heartbeat.objects.create(name="alive:1:0", beat_at=ago(1))
+    HostPause.objects.create(name="ended.example", until=ago(1))
+    HostPause.objects.create(name="paused.example")
 
     with caplog.at_level(logging.INFO, logger="django_outbox.sweeper"):
         counts = sweeper.sweep()
@@ -286,7 +288,9 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
         "pruned": 1,
         "pruned_payments": 0,
         "pruned_heartbeats": 1,
+        "pauses_ended": 1,
     }
+    assert list(HostPause.objects.values_list("name", flat=True)) == ["paused.example"]
     assert "sweep: " in caplog.text
     assert states(expired, lapsed, parked, stranded) == [FAILED, QUEUED, QUEUED, QUEUED]
     assert not Delivery.objects.filter(pk=old.pk).exists()

@@ -6,6 +6,7 @@
     outbox requeue [--state S ...] [--host H] [--tag T] [--since WHEN] [--yes] [--json]
     outbox give-up [--state S ...] [--host H] [--tag T] [--since WHEN] [--reason R] [--yes]
     outbox hosts list [--json]  |  outbox hosts reset HOST ... | --all --yes
+    outbox hosts pause HOST [--reason R] [--until WHEN]  |  outbox hosts resume HOST
 
 ``requeue`` and ``give-up`` only count what they would change unless ``--yes``
 is given.  Exit status: 0 done (or nothing to do), 1 bad input, 2 bad usage.
@@ -23,8 +24,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
 from django_outbox import bulk
-from django_outbox.exceptions import InvalidSince
+from django_outbox.exceptions import InvalidHost, InvalidSince
 from django_outbox.models import Delivery, Host
+from django_outbox.pauses import pause_host, resume_host
 from django_outbox.status.hosts import HostReport, host_report, reset_hosts
 from django_outbox.status.snapshot import take_snapshot
 from django_outbox.status.text import clock, render_host, render_snapshot, table
@@ -70,14 +72,20 @@ class Command(BaseCommand):
             act.add_argument("--json", action="store_true")
             if name == "give-up":
                 act.add_argument("--reason", default="given up with manage.py outbox give-up")
-        hosts = actions.add_parser("hosts", help="failing hosts: list, or reset")
-        hosts_actions = hosts.add_subparsers(dest="hosts_action", metavar="list|reset")
+        hosts = actions.add_parser("hosts", help="failing hosts: list, reset, pause, resume")
+        hosts_actions = hosts.add_subparsers(dest="hosts_action", metavar="list|reset|pause|resume")
         listing = hosts_actions.add_parser("list", help="failing and unavailable hosts")
         listing.add_argument("--json", action="store_true")
         reset = hosts_actions.add_parser("reset", help="forget failures, close the breaker")
         reset.add_argument("names", nargs="*", metavar="HOST")
         reset.add_argument("--all", action="store_true", help="every failing host")
         reset.add_argument("--yes", action="store_true", help="needed with --all")
+        pause = hosts_actions.add_parser("pause", help="hold every delivery to a host")
+        pause.add_argument("name", metavar="HOST")
+        pause.add_argument("--reason", default="", help="shown with its held deliveries")
+        pause.add_argument("--until", help="resume by itself after: 30m, 2h, 7d or a date")
+        resume = hosts_actions.add_parser("resume", help="send a paused host's deliveries")
+        resume.add_argument("name", metavar="HOST")
 
     def handle(self, *args: Any, **options: Any) -> None:
         action = options["action"]
@@ -141,6 +149,9 @@ class Command(BaseCommand):
                 self.stdout.write(f"  #{row.pk} {row.inbox} {row.state} {row.last_error[:60]}")
 
     def hosts(self, options: dict[str, Any]) -> None:
+        if options["hosts_action"] in ("pause", "resume"):
+            self.pause_or_resume(options)
+            return
         if options["hosts_action"] == "reset":
             names = list(options["names"])
             if options["all"]:
@@ -177,6 +188,19 @@ class Command(BaseCommand):
         ):
             self.stdout.write(line)
 
+    def pause_or_resume(self, options: dict[str, Any]) -> None:
+        try:
+            if options["hosts_action"] == "resume":
+                released = resume_host(options["name"])
+                self.stdout.write(f"resumed {options['name']}: {released:,} deliveries sent again")
+                return
+            until = bulk.parse_until(options["until"]) if options["until"] else None
+            pause = pause_host(options["name"], options["reason"], until)
+        except (InvalidHost, InvalidSince) as error:
+            raise CommandError(str(error)) from error
+        end = f"until {clock(pause.until)}" if pause.until else "until resumed"
+        self.stdout.write(f"paused {pause.host} {end}; its deliveries are held")
+
 
 def selection(action: str, options: dict[str, Any]) -> QuerySet[Delivery]:
     """The deliveries ``requeue`` or ``give-up`` would change, from the options."""
@@ -202,6 +226,14 @@ def host_dict(report: HostReport) -> dict[str, Any]:
         "failing_since": _iso(failing.first_failure_at) if failing else None,
         "failure_days": failing.failure_days if failing else 0,
         "unavailable_since": _iso(failing.unavailable_since) if failing else None,
+        "reason": failing.last_error if failing else None,
+        "paused": None
+        if report.pause is None
+        else {
+            "since": _iso(report.pause.paused_at),
+            "until": _iso(report.pause.until),
+            "reason": report.pause.reason,
+        },
         "breaker": None
         if report.breaker is None
         else {"failures": report.breaker.failures, "open_until": _iso(report.breaker.open_until)},
