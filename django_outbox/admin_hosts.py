@@ -51,16 +51,17 @@ HOST_OFFERS = {
 }
 
 
+@admin.display(description="host", ordering="name")
+def host_link(obj: Host | HostPause) -> SafeString:
+    """A row's host, linked to the host's page."""
+    return format_html('<a href="{}">{}</a>', host_page(obj.name), obj.name)
+
+
 class HostPauseAdmin(ReadOnlyAdmin):
     """Hosts an operator paused; each links to its page, where it is resumed."""
 
-    list_display = ("name_link", "reason", "paused", "ends")
+    list_display = (host_link, "reason", "paused", "ends")
     search_fields = ("name",)
-
-    @admin.display(description="host", ordering="name")
-    def name_link(self, obj: HostPause) -> SafeString:
-        return format_html('<a href="{}">{}</a>', host_page(obj.name), obj.name)
-
     paused = shown("paused_at", "paused since", ordering="paused_at")
     ends = shown("until", "until", ordering="until")
 
@@ -68,15 +69,10 @@ class HostPauseAdmin(ReadOnlyAdmin):
 class HostAdmin(ReadOnlyAdmin):
     """Hosts that have been failing; each links to its page."""
 
-    list_display = ("name_link", "failure_days", "failing_since", "unavailable")
+    list_display = (host_link, "failure_days", "failing_since", "unavailable")
     list_filter = (("unavailable_since", admin.EmptyFieldListFilter),)
     search_fields = ("name",)
     actions = ("reset",)
-
-    @admin.display(description="host", ordering="name")
-    def name_link(self, obj: Host) -> SafeString:
-        return format_html('<a href="{}">{}</a>', host_page(obj.name), obj.name)
-
     failing_since = shown("first_failure_at", "failing since", ordering="first_failure_at")
     unavailable = shown("unavailable_since", "unavailable since", ordering="unavailable_since")
 

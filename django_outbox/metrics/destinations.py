@@ -8,8 +8,6 @@ most every ``OUTBOX_METRICS_TTL`` seconds per process, as the snapshot is.
 
 from __future__ import annotations
 
-import threading
-import time
 from dataclasses import dataclass, field
 
 from django.db.models import Count, Min, Sum
@@ -17,6 +15,7 @@ from django.utils import timezone
 
 from django_outbox.conf import conf
 from django_outbox.models import Delivery, DeliveryState, PaymentAttempt
+from django_outbox.status.fresh import Fresh
 
 #: Hosts exposed with a ``host`` label at most.
 TOP = 10
@@ -64,16 +63,9 @@ def read_destination_gauges() -> DestinationGauges:
     return DestinationGauges(ages, payments)
 
 
-_cached: tuple[DestinationGauges, float] | None = None
-_lock = threading.Lock()
+_gauges = Fresh(read_destination_gauges)
 
 
 def destination_gauges(ttl: float) -> DestinationGauges:
     """:func:`read_destination_gauges` at most ``ttl`` seconds old."""
-    global _cached
-    with _lock:
-        if _cached is not None and time.monotonic() - _cached[1] < ttl:
-            return _cached[0]
-        gauges = read_destination_gauges()
-        _cached = (gauges, time.monotonic())
-        return gauges
+    return _gauges.get(ttl)

@@ -9,7 +9,6 @@ scan).  Scrapes reuse one for ``OUTBOX_METRICS_TTL`` seconds
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from django_outbox.breakers.configured import configured_store
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Lane
 from django_outbox.outcomes import AttemptResult
+from django_outbox.status.fresh import Fresh
 from django_outbox.status.processes import ProcessStatus, process_statuses
 from django_outbox.status.timings import (
     HostTime,
@@ -316,16 +316,9 @@ def engine_usage(reports: dict[str, str], forget: Any = None) -> tuple[int, int,
     return processes, in_flight, capacity
 
 
-_cached: tuple[Snapshot, float] | None = None
-_cache_lock = threading.Lock()
+_snapshots = Fresh(take_snapshot)
 
 
 def cached_snapshot(ttl: float) -> Snapshot:
     """A snapshot at most ``ttl`` seconds old, taken by at most one thread at a time."""
-    global _cached
-    with _cache_lock:
-        if _cached is not None and time.monotonic() - _cached[1] < ttl:
-            return _cached[0]
-        snapshot = take_snapshot()
-        _cached = (snapshot, time.monotonic())
-        return snapshot
+    return _snapshots.get(ttl)

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 from django.test import override_settings
 from django.utils import timezone
+from prometheus_client import CollectorRegistry, generate_latest
 
 from django_outbox.breakers import MemoryBreakerStore
 from django_outbox.metrics import recording
+from django_outbox.metrics.collectors import OutboxCollector
 from django_outbox.metrics.store import configured_metrics_store
 from django_outbox.models import Delivery, DeliveryState, Message
 from django_outbox.outcomes import AttemptResult, Outcome
@@ -28,6 +30,14 @@ NO_REDIS: dict[str, Any] = {
     "OUTBOX_BREAKER_CACHE": None,
     "OUTBOX_METRICS_CACHE": None,
 }
+
+
+def exposition() -> str:
+    """The outbox's metrics as a scrape reads them, the database read now."""
+    own = CollectorRegistry(auto_describe=False)
+    own.register(OutboxCollector())
+    with override_settings(OUTBOX_METRICS_TTL=0):
+        return generate_latest(own).decode()
 
 
 @contextmanager

@@ -9,10 +9,9 @@ from datetime import timedelta
 import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
-from prometheus_client import CollectorRegistry, generate_latest
 
 from django_outbox.metrics import recording, registry
-from django_outbox.metrics.collectors import OutboxCollector, counter_families
+from django_outbox.metrics.collectors import counter_families
 from django_outbox.metrics.recording import result_class, tally_batch
 from django_outbox.metrics.store import WINDOW, MemoryMetricsStore, configured_metrics_store
 from django_outbox.metrics.tally import ATTEMPTS, Tally, decode, encode
@@ -20,7 +19,7 @@ from django_outbox.models import DeliveryState
 from django_outbox.outcomes import AttemptResult
 from django_outbox.status.snapshot import engine_usage
 from django_outbox.worker.recorder import apply_outcomes
-from tests.unit.observability_helpers import claimed, memory_only, outcome
+from tests.unit.observability_helpers import claimed, exposition, memory_only, outcome
 
 pytestmark = pytest.mark.django_db
 
@@ -29,13 +28,6 @@ pytestmark = pytest.mark.django_db
 def _no_redis() -> Iterator[None]:
     with memory_only():
         yield
-
-
-def exposition() -> str:
-    own = CollectorRegistry(auto_describe=False)
-    own.register(OutboxCollector())
-    with override_settings(OUTBOX_METRICS_TTL=0):
-        return generate_latest(own).decode()
 
 
 @pytest.mark.parametrize(

@@ -12,15 +12,14 @@ import pytest
 from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
-from prometheus_client import CollectorRegistry, generate_latest
 
 from django_outbox import outbox
 from django_outbox.breakers import BreakerState
 from django_outbox.metrics import destinations, recording
-from django_outbox.metrics.collectors import OutboxCollector, breaker_families
+from django_outbox.metrics.collectors import breaker_families
 from django_outbox.models import DeliveryState, PaymentAttempt
 from testproject.demo.keys import ACTOR
-from tests.unit.observability_helpers import deliveries, memory_only
+from tests.unit.observability_helpers import deliveries, exposition, memory_only
 from tests.unit.outbox_helpers import ACTIVITY, inboxes
 
 pytestmark = pytest.mark.django_db
@@ -30,13 +29,6 @@ pytestmark = pytest.mark.django_db
 def _no_redis() -> Iterator[None]:
     with memory_only():
         yield
-
-
-def exposition() -> str:
-    own = CollectorRegistry(auto_describe=False)
-    own.register(OutboxCollector())
-    with override_settings(OUTBOX_METRICS_TTL=0):
-        return generate_latest(own).decode()
 
 
 def test_each_committed_send_counts_its_fan_out_and_a_rolled_back_one_nothing(
