@@ -13,6 +13,7 @@ worker sees their rows.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
     for item in ours:
         item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_outlasts_deadlocks() -> Iterator[None]:
+    """A transactional test ends by emptying every table (one ``TRUNCATE``) while the
+    shared worker may still be saving a late outcome: PostgreSQL may then find the two
+    in a deadlock and cancel the ``TRUNCATE``.  Empty the tables again when it does."""
+    from django.db import OperationalError
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    flush = BaseDatabaseOperations.execute_sql_flush
+
+    def flush_again_after_a_deadlock(self: BaseDatabaseOperations, sql_list: list[str]) -> None:
+        for attempt in range(5):
+            try:
+                return flush(self, sql_list)
+            except OperationalError as error:
+                if "deadlock" not in str(error) or attempt == 4:
+                    raise
+                time.sleep(0.2 * (attempt + 1))
+
+    BaseDatabaseOperations.execute_sql_flush = flush_again_after_a_deadlock  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        BaseDatabaseOperations.execute_sql_flush = flush  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="session")

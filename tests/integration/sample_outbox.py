@@ -133,7 +133,7 @@ def _failing_hosts(now: datetime, rng: random.Random) -> None:
                 delivery=delivery,
                 number=1 + n % 5,
                 host=delivery.host,
-                at=now - timedelta(minutes=rng.uniform(0, 59)),
+                at=now - timedelta(minutes=rng.uniform(0, 55)),  # inside the hour chart
                 duration=5.0 if dead else rng.uniform(0.05, 0.4),
                 status=None if dead else 503,
                 scheme="draft-cavage",
