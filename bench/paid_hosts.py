@@ -66,9 +66,9 @@ SLOW_PAYMENT = 0.2
 SLOW_HOST = "127.0.5.2"
 
 
-def payments_setting(paid: PaidFarm) -> dict[str, Any]:
+def payments_setting(paid: PaidFarm, **extra: Any) -> dict[str, Any]:
     """``OUTBOX_PAYMENTS`` paying through the paid farm's fake LND, with room for every
-    payment; every other key is the package default."""
+    payment, and ``extra`` keys; every other key is the package default."""
     options = {"url": paid.ready["lnd_url"], "macaroon_hex": paid.ready["lnd_macaroon_hex"]}
     return {
         "CLIENT": "django_outbox.payments.lnd.LndRestClient",
@@ -76,6 +76,7 @@ def payments_setting(paid: PaidFarm) -> dict[str, Any]:
         "NETWORK": "bcrt",
         "MAX_PRICE_MSAT": 10 * PRICE_MSAT,
         "DAILY_BUDGET_MSAT": 10**12,
+        **extra,
     }
 
 
@@ -164,7 +165,10 @@ def one_run(
 
     reset_state(env)
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget")
+        cursor.execute(
+            "TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget, "
+            "django_outbox_paymenthost"
+        )
     unpaid_total = messages * (len(urls) - len(paid_hosts))
     unpaid = Delivery.objects.exclude(host__in=paid_hosts)
     paid_total = messages * len(paid_hosts)
@@ -215,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--messages", type=int, default=0, help="activities per run")
     parser.add_argument("--repeats", type=int, default=0, help="runs of each variant")
     parser.add_argument("--only", default="", help="variants to run, comma-separated")
+    parser.add_argument(
+        "--max-parallel", type=int, default=0, help="MAX_PARALLEL_PER_HOST (default: the package's)"
+    )
     options = parser.parse_args(argv)
     env = start_services()
     setup_django(env)
@@ -226,8 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     charging = PaidFarm(env, count, price_msat=PRICE_MSAT)
     selling = PaidFarm(env, count, price_msat=PRICE_MSAT, first="127.0.4.2", mode="per-token")
     slow = PaidFarm(env, 1, price_msat=PRICE_MSAT, first=SLOW_HOST, pay_delay=SLOW_PAYMENT)
+    extra = {"MAX_PARALLEL_PER_HOST": options.max_parallel} if options.max_parallel else {}
+    results["max_parallel"] = options.max_parallel or None
     with Farm(env, HOSTS) as free, charging as paid, selling as tokens, slow as one:
-        pay = {"OUTBOX_PAYMENTS": payments_setting(paid)}
+        pay = {"OUTBOX_PAYMENTS": payments_setting(paid, **extra)}
         variants = {
             "payments-off": (paid, fan_out(free, None), {}),
             "all-unpaid": (paid, fan_out(free, None), pay),
@@ -235,12 +244,12 @@ def main(argv: list[str] | None = None) -> int:
             "10%-paid-per-token": (
                 tokens,
                 fan_out(free, tokens),
-                {"OUTBOX_PAYMENTS": payments_setting(tokens)},
+                {"OUTBOX_PAYMENTS": payments_setting(tokens, **extra)},
             ),
             "1-paid-slow-node": (
                 one,
                 fan_out(free, one),
-                {"OUTBOX_PAYMENTS": payments_setting(one)},
+                {"OUTBOX_PAYMENTS": payments_setting(one, **extra)},
             ),
         }
         chosen = [name for name in options.only.split(",") if name] or list(variants)

@@ -3,7 +3,9 @@
 Nothing outside this package writes ``Delivery.state``: ``transitions`` makes
 every change but two and its docstring carries the state diagram; ``give_ups``
 fails live deliveries (with the durable mark of their ``delivery_failed``
-signal) and ``reclaim`` takes back those of lost workers.  ``heartbeats`` keeps
+signal) and ``reclaim`` takes back those of lost workers.  ``parked`` makes
+deliveries parked for a host due at once, when what they waited for came sooner
+(a payment ended).  ``heartbeats`` keeps
 the worker processes' heartbeat rows.  ``claimed`` holds what a claim hands the
 worker, ``bulk_insert`` and ``grouped_updates`` build the statements that write
 many rows at once.
