@@ -1,12 +1,13 @@
 """Hosts that charge, and the fake LND that pays them, out of the bench's process.
 
     python -m bench.paid_farm --count 10 --first-address 127.0.3.2 --price-msat 1000 \
-        [--mode per-message|per-token]
+        [--mode per-message|per-token] [--pay-delay 0.2]
 
 serves ``count`` loopback inbox hosts (a :class:`~testproject.inbox_servers.ServerFarm`)
 whose every path is behind one L402 gate (a token opens them for one message, the
 default, or for its lifetime with ``--mode per-token``), and a fake LND REST node that
-settles their invoices (both share one invoice registry).  Prints one JSON line ``{"urls": [...],
+settles their invoices (both share one invoice registry), each payment taking
+``--pay-delay`` seconds (0: at once).  Prints one JSON line ``{"urls": [...],
 "lnd_url": url, "lnd_macaroon_hex": hex, "pid": N}``, serves until SIGTERM or SIGINT,
 then prints ``{"requests": N, "payments": N, "decisions": {...}}`` to stderr.
 
@@ -40,6 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first-address", default="127.0.3.2")
     parser.add_argument("--mode", choices=[m.value for m in Mode], default=Mode.PER_MESSAGE.value)
     parser.add_argument("--price-msat", type=int, default=1_000)
+    parser.add_argument("--pay-delay", type=float, default=0.0, help="seconds per payment")
     options = parser.parse_args(argv)
     registry = InvoiceRegistry()
     gate = L402Gate(InvoiceIssuer(registry), mode=options.mode, price_msat=options.price_msat)
@@ -54,6 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record=False,
     )
     with farm, FakeLndServer(node) as lnd:
+        lnd.pay_delay = options.pay_delay
         ready = {
             "urls": farm.urls(),
             "lnd_url": lnd.url,

@@ -1,14 +1,19 @@
 """Paid hosts: the unpaid hosts' delivery rate when 10% of the hosts charge.
 
-``python -m bench.paid_hosts [--quick]`` runs one workload on a fresh worker with the
-README's command and the package defaults, in four variants, each ``repeats`` times
+``python -m bench.paid_hosts [--quick] [--only a,b]`` runs one workload on a fresh worker
+with the README's command and the package defaults, in five variants, each ``repeats`` times
 (interleaved, so that a busy spell of the shared machine does not fall on one variant):
 payments off (the package as most sites run it), payments on with every host free,
 payments on with a tenth of the hosts behind an L402 gate that charges for every
 message (``10%-paid``, the costliest kind and the headline: each delivery there is a
 402, a stored attempt, a payment and a second request), and payments on with a tenth
 of the hosts selling a token that opens them for its lifetime (``10%-paid-per-token``,
-the usual L402 deployment: each host is paid once, then its deliveries carry the token).
+the usual L402 deployment: each host is paid once, then its deliveries carry the token),
+and payments on with one host of the hundred charging per message through a node that
+takes 200 ms per payment (``1-paid-slow-node``: how fast one charging host is served
+when each payment costs the node time; that run also waits for the paid host to get
+all its deliveries, and reports its rate: its deliveries over the time from the first
+``send`` to its last delivery).
 
 Everything but the worker runs out of this process: 100 free hosts in one
 (``python -m testproject.inbox_servers``), and for each kind of charging 10 hosts and
@@ -24,8 +29,9 @@ Each run also records the CPU of the worker, of each farm, of this tree's Postgr
 Redis, of this process and of the whole machine: what the machine did beyond those is
 another tree's benchmark or tests, and a run where that passes :data:`DISTURBED` is run
 again (its figures are kept, marked, out of the summaries).
-Target: the 10%-paid median keeps the unpaid rate at 90% or more of the all-unpaid
-median.  Results go to ``bench/results/paid_hosts.json``.
+Targets: the 10%-paid median keeps the unpaid rate at 90% or more of the all-unpaid
+median; in 1-paid-slow-node the paid host gets 20 deliveries/s or more and the unpaid
+hosts keep 90% of the all-unpaid rate.  Results go to ``bench/results/paid_hosts.json``.
 """
 
 from __future__ import annotations
@@ -48,11 +54,21 @@ PAID_EVERY = 10
 #: to ``RETRIES`` times in all, and left out of the summaries if an undisturbed one came.
 DISTURBED = 0.1
 RETRIES = 4
+#: Variants compared with all-unpaid, and the keys of their rate and CPU ratios.
+RATIOS = (
+    ("10%-paid", "ratio", "cpu_ratio"),
+    ("10%-paid-per-token", "token_ratio", "token_cpu_ratio"),
+    ("1-paid-slow-node", "slow_ratio", "slow_cpu_ratio"),
+)
+#: Seconds the slow node of ``1-paid-slow-node`` takes per payment.
+SLOW_PAYMENT = 0.2
+#: The first address of that variant's one charging host.
+SLOW_HOST = "127.0.5.2"
 
 
-def payments_setting(paid: PaidFarm) -> dict[str, Any]:
+def payments_setting(paid: PaidFarm, **extra: Any) -> dict[str, Any]:
     """``OUTBOX_PAYMENTS`` paying through the paid farm's fake LND, with room for every
-    payment; every other key is the package default."""
+    payment, and ``extra`` keys; every other key is the package default."""
     options = {"url": paid.ready["lnd_url"], "macaroon_hex": paid.ready["lnd_macaroon_hex"]}
     return {
         "CLIENT": "django_outbox.payments.lnd.LndRestClient",
@@ -60,6 +76,7 @@ def payments_setting(paid: PaidFarm) -> dict[str, Any]:
         "NETWORK": "bcrt",
         "MAX_PRICE_MSAT": 10 * PRICE_MSAT,
         "DAILY_BUDGET_MSAT": 10**12,
+        **extra,
     }
 
 
@@ -68,18 +85,19 @@ def fan_out(free: Farm, paid: PaidFarm | None) -> tuple[list[str], set[str]]:
     if paid is None:
         return list(free.urls[:HOSTS]), set()
     charging = iter(paid.urls)
+    every = max(PAID_EVERY, HOSTS // len(paid.urls))
     urls = [
-        next(charging) if i % PAID_EVERY == PAID_EVERY - 1 else url
-        for i, url in enumerate(free.urls[:HOSTS])
+        next(charging) if i % every == every - 1 else url for i, url in enumerate(free.urls[:HOSTS])
     ]
     return urls, {url.split("//", 1)[1].split(":", 1)[0] for url in paid.urls}
 
 
 def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
-    """What the paid hosts got so far: deliveries, payments, holds recorded as attempts
-    (in the history), deliveries parked (by a claim, or by the recorder for a hold met
-    after the claim) while their host is paid, 402s met."""
-    from django.db.models import Q, Sum
+    """What the paid hosts got so far: deliveries (and their rate from the first send to
+    the last of them), payments, holds recorded as attempts (in the history), deliveries
+    parked (by a claim, or by the recorder for a hold met after the claim) while their
+    host is paid, 402s met."""
+    from django.db.models import Max, Q, Sum
 
     from django_outbox.models import Attempt, Delivery
     from django_outbox.payments.models import PaymentAttempt
@@ -87,8 +105,12 @@ def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
 
     history = Attempt.objects.filter(host__in=paid_hosts)
     rows = Delivery.objects.filter(host__in=paid_hosts)
+    delivered = rows.filter(state="delivered")
+    last = delivered.aggregate(last=Max("finished_at"))["last"]
+    count = delivered.count()
     return {
-        "paid_delivered": rows.filter(state="delivered").count(),
+        "paid_delivered": count,
+        "paid_rate": count / (last.timestamp() - started) if last else 0.0,
         "payments": PaymentAttempt.objects.filter(paid_at__isnull=False).count(),
         "holds": history.filter(held=True).aggregate(n=Sum("times"))["n"] or 0,
         "parked": rows.filter(
@@ -130,9 +152,11 @@ def one_run(
     paid_hosts: set[str],
     messages: int,
     settings: dict[str, Any],
+    wait_paid: bool = False,
 ) -> dict[str, Any]:
     """One timed run on a fresh worker; figures for the unpaid and the paid hosts, and
-    the CPU that the worker, each farm and the whole machine used meanwhile."""
+    the CPU that the worker, each farm and the whole machine used meanwhile.  With
+    ``wait_paid`` it ends when the paid hosts have their deliveries too."""
     from django.db import connection
     from django.db.models import Max
 
@@ -141,9 +165,14 @@ def one_run(
 
     reset_state(env)
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget")
+        cursor.execute(
+            "TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget, "
+            "django_outbox_paymenthost"
+        )
     unpaid_total = messages * (len(urls) - len(paid_hosts))
     unpaid = Delivery.objects.exclude(host__in=paid_hosts)
+    paid_total = messages * len(paid_hosts)
+    paid_rows = Delivery.objects.filter(host__in=paid_hosts)
     with Worker(env, settings) as worker:
         busy = wait_quiet()
         before = _cpu_now(worker, farms)
@@ -153,7 +182,9 @@ def one_run(
         sent = time.time() - started
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
-            if unpaid.filter(state="delivered").count() >= unpaid_total:
+            if unpaid.filter(state="delivered").count() >= unpaid_total and (
+                not wait_paid or paid_rows.filter(state="delivered").count() >= paid_total
+            ):
                 break
             time.sleep(0.25)
         used = {name: value - before[name] for name, value in _cpu_now(worker, farms).items()}
@@ -187,6 +218,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one run each, fewer messages")
     parser.add_argument("--messages", type=int, default=0, help="activities per run")
     parser.add_argument("--repeats", type=int, default=0, help="runs of each variant")
+    parser.add_argument("--only", default="", help="variants to run, comma-separated")
+    parser.add_argument(
+        "--max-parallel", type=int, default=0, help="MAX_PARALLEL_PER_HOST (default: the package's)"
+    )
     options = parser.parse_args(argv)
     env = start_services()
     setup_django(env)
@@ -197,8 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     count = HOSTS // PAID_EVERY
     charging = PaidFarm(env, count, price_msat=PRICE_MSAT)
     selling = PaidFarm(env, count, price_msat=PRICE_MSAT, first="127.0.4.2", mode="per-token")
-    with Farm(env, HOSTS) as free, charging as paid, selling as tokens:
-        pay = {"OUTBOX_PAYMENTS": payments_setting(paid)}
+    slow = PaidFarm(env, 1, price_msat=PRICE_MSAT, first=SLOW_HOST, pay_delay=SLOW_PAYMENT)
+    extra = {"MAX_PARALLEL_PER_HOST": options.max_parallel} if options.max_parallel else {}
+    results["max_parallel"] = options.max_parallel or None
+    with Farm(env, HOSTS) as free, charging as paid, selling as tokens, slow as one:
+        pay = {"OUTBOX_PAYMENTS": payments_setting(paid, **extra)}
         variants = {
             "payments-off": (paid, fan_out(free, None), {}),
             "all-unpaid": (paid, fan_out(free, None), pay),
@@ -206,15 +244,23 @@ def main(argv: list[str] | None = None) -> int:
             "10%-paid-per-token": (
                 tokens,
                 fan_out(free, tokens),
-                {"OUTBOX_PAYMENTS": payments_setting(tokens)},
+                {"OUTBOX_PAYMENTS": payments_setting(tokens, **extra)},
+            ),
+            "1-paid-slow-node": (
+                one,
+                fan_out(free, one),
+                {"OUTBOX_PAYMENTS": payments_setting(one, **extra)},
             ),
         }
+        chosen = [name for name in options.only.split(",") if name] or list(variants)
         retries = RETRIES
         for i in range(repeats):
-            for label, (farm, (urls, paid_hosts), settings) in variants.items():
+            for label in chosen:
+                farm, (urls, paid_hosts), settings = variants[label]
                 while True:
                     farms = (free, farm)
-                    figures = one_run(env, farms, urls, paid_hosts, messages, settings)
+                    wait_paid = label == "1-paid-slow-node"
+                    figures = one_run(env, farms, urls, paid_hosts, messages, settings, wait_paid)
                     log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
                     runs.setdefault(label, []).append(figures)
                     if not figures["disturbed"] or retries == 0:
@@ -227,16 +273,23 @@ def main(argv: list[str] | None = None) -> int:
             "cpu_ms_per_unpaid": summary([r["worker_cpu_ms_per_unpaid"] for r in done]),
             "runs": tried,
         }
+        if label == "1-paid-slow-node":
+            results[label]["paid_rate"] = summary([r["paid_rate"] for r in done])
     results["paid_farm"], results["token_farm"] = paid.summary, tokens.summary
-    results["ratio"], results["cpu_ratio"] = _ratios(results, "10%-paid")
-    results["token_ratio"], results["token_cpu_ratio"] = _ratios(results, "10%-paid-per-token")
+    results["slow_farm"] = one.summary
+    for label, key, cpu_key in RATIOS:
+        if "all-unpaid" in results and label in results:
+            results[key], results[cpu_key] = _ratios(results, label)
     save_json(RESULTS_DIR / "paid_hosts.json", results)
-    log(
-        f"unpaid hosts' rate with 10% paid hosts: {results['ratio']:.0%} of the all-unpaid "
-        f"run (target 90%); worker CPU per unpaid delivery: {results['cpu_ratio']:.0%}; "
-        f"with hosts selling tokens: {results['token_ratio']:.0%}, "
-        f"{results['token_cpu_ratio']:.0%}"
-    )
+    for label, key, cpu_key in RATIOS:
+        if key in results:
+            log(
+                f"{label}: unpaid hosts' rate {results[key]:.0%} of the all-unpaid run "
+                f"(target 90%), worker CPU per unpaid delivery {results[cpu_key]:.0%}"
+            )
+    if "1-paid-slow-node" in results:
+        rate = results["1-paid-slow-node"]["paid_rate"]["median"]
+        log(f"the per-message host behind a 200 ms node: {rate:.1f} deliveries/s (target 20)")
     return 0
 
 

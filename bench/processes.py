@@ -109,8 +109,9 @@ class Farm:
 class PaidFarm(Farm):
     """``python -m bench.paid_farm``: ``count`` hosts charging ``price_msat`` per message
     (``mode`` ``"per-message"``) or per token, reusable for its lifetime (``"per-token"``),
-    and the fake LND that pays them (``ready["lnd_url"]``, ``ready["lnd_macaroon_hex"]``);
-    ``summary`` has the payments the node made once it stopped."""
+    and the fake LND that pays them (``ready["lnd_url"]``, ``ready["lnd_macaroon_hex"]``),
+    each payment taking ``pay_delay`` seconds; ``summary`` has the payments the node
+    made once it stopped."""
 
     module = "bench.paid_farm"
 
@@ -122,9 +123,10 @@ class PaidFarm(Farm):
         price_msat: int = 1_000,
         first: str = "127.0.3.2",
         mode: str = "per-message",
+        pay_delay: float = 0.0,
     ) -> None:
         super().__init__(env, count, first=first)
-        self.price_msat, self.mode = price_msat, mode
+        self.price_msat, self.mode, self.pay_delay = price_msat, mode, pay_delay
 
     def args(self) -> list[str]:
         """The paid farm's command-line arguments."""
@@ -137,6 +139,8 @@ class PaidFarm(Farm):
             self.first,
             "--mode",
             self.mode,
+            "--pay-delay",
+            str(self.pay_delay),
         ]
 
 

@@ -362,7 +362,12 @@ class Attempt(models.Model):
 
 
 # Paid push keeps its rows in its own module; Django finds models in this one.
-from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState  # noqa: E402
+from django_outbox.payments.models import (  # noqa: E402
+    PaymentAttempt,
+    PaymentBudget,
+    PaymentHost,
+    PaymentState,
+)
 
 __all__ = [
     "FINAL_STATES",
@@ -378,6 +383,7 @@ __all__ = [
     "Message",
     "PaymentAttempt",
     "PaymentBudget",
+    "PaymentHost",
     "PaymentState",
     "locked",
 ]

@@ -96,7 +96,7 @@ def resume_host(host: str) -> int:
     name = _host(host)
     with transaction.atomic():
         HostPause.objects.filter(name=name).delete()
-        lanes = release_parked(name, held_reason(name))
+        lanes = release_parked(name, starting=held_reason(name))
         publish_on_commit(lanes)
     forget_cached()
     return sum(len(ids) for ids in lanes.values())

@@ -2,10 +2,12 @@
 
 A claim may read the database (a sending thread may not), so here each claimed
 delivery gets its open attempt and its host's kept token (one query), and a delivery
-whose host another delivery is paying, with no token to present, is held instead of
-sent (the worker parks it in the database until its hold ends): on a host that sells
-tokens it will use the one being bought, and on any host the payments go one after
-another (a unique constraint allows one pending attempt per host).  Each job knows
+whose host is being paid as much as it may be is held instead of sent (the worker
+parks it in the database until its hold ends, or until the ledger makes it due when a
+payment ends).  On a host that sells tokens (or not known yet to charge per message)
+the payments go one after another and the others will use the token being bought; on
+one that charges per message up to ``MAX_PARALLEL_PER_HOST`` go at once (a unique
+constraint allows one pending attempt per host and slot).  Each job knows
 when its delivery's lease ends, so that a payment starts only while the lease can
 cover it (:func:`~django_outbox.payments.paying.payment_seconds`).
 """
@@ -32,9 +34,14 @@ _counted: dict[str, tuple[int, float]] = {}
 
 
 def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
-    """What each claimed delivery may pay and present, and those to hold for a while
-    (with no token for their host, which another delivery is paying, or where one of
-    this process met a 402 a moment ago); nothing when payments are off.
+    """What each claimed delivery may pay and present, and those to hold for a while;
+    nothing when payments are off.
+
+    On a host that charges per message, each delivery pays its own invoice: as many go
+    as its host has free slots (``MAX_PARALLEL_PER_HOST`` less its payments under way),
+    the others are held, and none is handed a kept token (it opens one delivery).  On
+    any other host, those with no token are held while another delivery pays it, or
+    while one of this process met its 402 a moment ago.
 
     Called as the claim returns: its lease is taken to end ``OUTBOX_LEASE_SECONDS``
     from now (the claim committed a moment ago, well within the margin kept for
@@ -46,13 +53,20 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
     client = payment_client(settings)
     found = claim_lookup([row.id for row in claimed], (row.host for row in claimed))
     attempts, tokens, paying = found.attempts, found.tokens, found.paying
-    held = [
-        row
-        for row in claimed
-        if row.id not in attempts
-        and row.host not in tokens
-        and (paying.get(row.host, row.id) != row.id or met_402_lately(row.host))
-    ]
+    slots = {
+        host: settings.max_parallel_per_host - len(paying.get(host, ()))
+        for host in found.per_message
+    }
+    held = []
+    for row in claimed:
+        if row.id in attempts:
+            continue
+        if row.host in found.per_message:
+            if slots[row.host] <= 0:
+                held.append(row)
+            slots[row.host] -= 1
+        elif row.host not in tokens and (_others(paying, row) or met_402_lately(row.host)):
+            held.append(row)
     waiting = _queued({row.host for row in held}, settings.hold_while_paying)
     spread = _spread()
     wait = {
@@ -65,12 +79,18 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
             client,
             lease_ends,
             attempts.get(row.id),
-            tokens.get(row.host),
-            paying=paying.get(row.host, row.id) != row.id,
+            None if row.host in found.per_message else tokens.get(row.host),
+            paying=row.host not in found.per_message and _others(paying, row),
+            per_message=row.host in found.per_message,
         )
         for row in claimed
     }
     return jobs, wait
+
+
+def _others(paying: dict[str, set[int | None]], row: ClaimedRow) -> bool:
+    """Whether another delivery's payment to the row's host is under way."""
+    return bool(paying.get(row.host, set()) - {row.id})
 
 
 def hold_for(base: float, queued: int, spread: float | None = None) -> float:

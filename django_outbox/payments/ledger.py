@@ -18,6 +18,15 @@ token is held for that token rather than paid again.  An invoice served again (i
 payment hash is unique) is paid again only if it failed unpaid; one paid already is
 refused (``invoice_already_paid``), one being paid is waited for.  A unique constraint
 that refuses a write is never taken at its word: what is stored is read, and decides.
+
+How a host charges is learnt here from what it does with its tokens
+(:class:`~django_outbox.payments.models.PaymentHost`): one that answers ``402`` to a
+token it accepted once charges per message, and up to ``MAX_PARALLEL_PER_HOST`` of its
+deliveries pay at once, each in a slot of its own; one that accepts a token for a
+second delivery sells tokens, and is paid one payment at a time (slot 0).  When a
+payment ends, the deliveries parked for its host are made due at once
+(:func:`record_payments` hands back their ids): all of them once a token-selling host
+accepted its token, one per freed slot on a per-message host.
 """
 
 from __future__ import annotations
@@ -32,21 +41,28 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from django_outbox.outcomes import AttemptResult, Outcome
-from django_outbox.payments.claims import hold_for
-from django_outbox.payments.errors import Reason
-from django_outbox.payments.lookups import bought_meanwhile, day_of, paying_hosts, spent_today
-from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
-from django_outbox.payments.notices import PaymentSignals
+from django_outbox.payments.batches import Effects, LedgerBatch
+from django_outbox.payments.lookups import (
+    bought_meanwhile,
+    day_of,
+    spent_today,
+)
+from django_outbox.payments.models import (
+    PaymentAttempt,
+    PaymentBudget,
+    PaymentHost,
+    PaymentState,
+)
 from django_outbox.payments.reports import (
     BOUGHT_MEANWHILE,
-    PAYING_ELSEWHERE,
-    STORED_MEANWHILE,
+    PARKED_HOLDS,
     Challenge,
     Change,
     Settlement,
 )
+from django_outbox.payments.served_again import conflict, reopenable, served_again, stored
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
-from django_outbox.store.queries import queued_per_host
+from django_outbox.store.parked import release_parked
 
 
 def _at(seconds: float) -> datetime:
@@ -54,12 +70,13 @@ def _at(seconds: float) -> datetime:
 
 
 def settle(settlements: Iterable[Settlement]) -> None:
-    """Apply ``settlements`` found outside a delivery's attempt (the sweeper's lookups)."""
-    signals = PaymentSignals()
+    """Apply ``settlements`` found outside a delivery's attempt (the sweeper's lookups);
+    the deliveries parked for their hosts wait for their hold timers."""
+    effects = Effects()
     with transaction.atomic():
         for settlement in settlements:
-            _settle(settlement, signals)
-    signals.send()
+            _settle(settlement, effects)
+    effects.signals.send()
 
 
 def prune(older_than: float) -> int:
@@ -97,64 +114,56 @@ def _release(sender: str, day: date, amount: int) -> None:
 # ----------------------------------------------------------------- outcomes ---
 
 
-def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> list[Outcome]:
-    """Write the payment reports of ``outcomes``; the outcomes as the ledger leaves them.
+@dataclass(frozen=True)
+class Recorded:
+    """What :func:`record_payments` made of a batch: the outcomes as the ledger leaves
+    them, and the deliveries it made due at once (parked for a host whose payment
+    ended), to publish ahead of their lanes' backlogs."""
+
+    outcomes: list[Outcome]
+    released: list[int] = field(default_factory=list)
+
+
+def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> Recorded:
+    """Write the payment reports of ``outcomes``.
 
     A challenge is stored ``pending`` with its budget reserved, and its delivery comes
     back at once to pay it (``paying``); over the day's budget it is held to the next
-    day, while another payment to the host is under way it is held briefly, and past
-    ``MAX_PAYMENTS_PER_DELIVERY`` it is refused.  Commits before returning.
+    day, while its host is being paid as much as it may be it is held briefly, and past
+    ``MAX_PAYMENTS_PER_DELIVERY`` it is refused.  Commits, then makes due the
+    deliveries parked for the hosts whose payments ended.
     """
     if not any(outcome.payment is not None for outcome in outcomes):
-        return list(outcomes)
-    batch = _Batch(settings)
+        return Recorded(list(outcomes))
+    batch = LedgerBatch(settings)
     with transaction.atomic():
         result = [_record(outcome, batch) for outcome in outcomes]
-    batch.signals.send()
-    return result
+    batch.effects.signals.send()
+    released: list[int] = []
+    for host, count in batch.effects.release.items():
+        if count is None or count > 0:
+            lanes = release_parked(host, PARKED_HOLDS, count)
+            released += [pk for ids in lanes.values() for pk in ids]
+    return Recorded(result, released)
 
 
-@dataclass
-class _Batch:
-    """One call of :func:`record_payments`: its signals, the hosts it found paying
-    (a pending attempt stored by it, or committed before), and the queue lengths it
-    read (to hold deliveries for)."""
-
-    settings: PaymentSettings
-    signals: PaymentSignals = field(default_factory=PaymentSignals)
-    paying: set[str] = field(default_factory=set)
-    queued: dict[str, int] = field(default_factory=dict)
-
-    def is_paying(self, host: str) -> bool:
-        """Whether ``host`` has a pending attempt (asked once per batch and host)."""
-        if host not in self.paying and paying_hosts([host]):
-            self.paying.add(host)
-        return host in self.paying
-
-    def held_while_paying(self, outcome: Outcome) -> Outcome:
-        """``outcome`` held while another delivery pays its host, as long as a claim
-        would hold it (longer the more deliveries wait for that host)."""
-        host = outcome.row.host
-        if host not in self.queued:
-            self.queued[host] = queued_per_host([host]).get(host, 0)
-        wait = hold_for(self.settings.hold_while_paying, self.queued[host])
-        return replace(outcome, result=AttemptResult.HELD, error=PAYING_ELSEWHERE, held_for=wait)
-
-
-def _record(outcome: Outcome, batch: _Batch) -> Outcome:
+def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
     report = outcome.payment
     if report is None:
         return outcome
     for settlement in report.settlements:
-        _settle(settlement, batch.signals)
+        _settle(settlement, batch.effects)
     if report.challenge is None:
         return outcome
     return _open(outcome, report.challenge, batch)
 
 
-def _settle(settlement: Settlement, signals: PaymentSignals) -> None:
+def _settle(settlement: Settlement, effects: Effects) -> None:
     """Apply one settlement; each is conditional on the state it leaves, so that a batch
-    saved twice (the recorder retries after a database error) changes nothing twice."""
+    saved twice (the recorder retries after a database error) changes nothing twice.
+
+    A payment that ends (paid, or failed) frees its host's slot; a token accepted, or
+    refused, teaches how its host charges (:func:`_used`, :func:`_retired`)."""
     now = timezone.now()
     rows = PaymentAttempt.objects.filter(id=settlement.attempt_id)
     change = settlement.change
@@ -182,27 +191,84 @@ def _settle(settlement: Settlement, signals: PaymentSignals) -> None:
             budget.update(spent_msat=F("spent_msat") + spent)
         else:
             _release(attempt.sender, day, attempt.reserved_msat - spent)
-        signals.made.append(attempt.pk)
+            if effects.per_message(attempt.host):
+                effects.release_some(attempt.host, 1)  # its slot is free
+        effects.signals.made.append(attempt.pk)
     elif change is Change.FAILED:
         attempt = rows.filter(state=PaymentState.PENDING).first()
         if attempt is not None and rows.filter(state=PaymentState.PENDING).update(
             state=PaymentState.FAILED, reason=settlement.reason[:500], reserved_msat=0
         ):
             _release(attempt.sender, day_of(attempt.created_at), attempt.reserved_msat)
-            signals.failed.append((attempt.pk, settlement.reason))
+            effects.signals.failed.append((attempt.pk, settlement.reason))
+            effects.release_some(attempt.host, 1)  # one of those waiting pays instead
     elif change is Change.USED:
-        rows.filter(state__in=(PaymentState.PAID, PaymentState.USED)).update(
-            state=PaymentState.USED, uses=F("uses") + 1
-        )
+        _used(settlement.attempt_id, effects)
     elif change is Change.REJECTED:
         if rows.filter(state=PaymentState.PAID).update(
             state=PaymentState.FAILED, reason=settlement.reason[:500]
         ):
-            signals.failed.append((settlement.attempt_id, settlement.reason))
+            effects.signals.failed.append((settlement.attempt_id, settlement.reason))
     elif change is Change.RETIRED:
-        rows.filter(state=PaymentState.USED, retired_at__isnull=True).update(
-            retired_at=now, reason=settlement.reason[:500]
+        _retired(settlement.attempt_id, settlement.reason, effects)
+
+
+def _used(attempt_id: int, effects: Effects) -> None:
+    """A delivery was accepted with the attempt's token.
+
+    Its own delivery: a token was bought.  On a host that charges per message it opens
+    nothing more and is retired at once; on any other, the deliveries parked for the
+    host are made due to use it (all on a host known to sell tokens, else
+    ``MAX_PARALLEL_PER_HOST`` of them, which find out).  Another delivery: the host
+    sells tokens (it accepted one twice), and all its parked deliveries go.
+    """
+    rows = PaymentAttempt.objects.filter(id=attempt_id)
+    attempt = rows.filter(state__in=(PaymentState.PAID, PaymentState.USED)).first()
+    if attempt is None:
+        return
+    host, charges = attempt.host, effects.per_message(attempt.host)
+    if attempt.state == PaymentState.USED:
+        rows.update(uses=F("uses") + 1)
+        if charges is not False:
+            _learn(host, False, effects)
+        effects.release_all(host)
+    elif charges:
+        reason = "its host charges per message: a token opens one delivery"
+        rows.filter(state=PaymentState.PAID).update(
+            state=PaymentState.USED, uses=F("uses") + 1, retired_at=timezone.now(), reason=reason
         )
+    else:
+        rows.filter(state=PaymentState.PAID).update(state=PaymentState.USED, uses=F("uses") + 1)
+        if charges is None:
+            effects.release_some(host, effects.probe)
+        else:
+            effects.release_all(host)
+
+
+def _retired(attempt_id: int, reason: str, effects: Effects) -> None:
+    """A host refused the kept token it had accepted: retired.  Refused after opening one
+    delivery, it charges per message, and as many deliveries as may pay it at once are
+    made due to pay their own."""
+    rows = PaymentAttempt.objects.filter(id=attempt_id, state=PaymentState.USED)
+    attempt = rows.filter(retired_at__isnull=True).first()
+    if attempt is None or not rows.filter(retired_at__isnull=True).update(
+        retired_at=timezone.now(), reason=reason[:500]
+    ):
+        return
+    if attempt.uses <= 1 and effects.per_message(attempt.host) is not True:
+        _learn(attempt.host, True, effects)
+        effects.release_some(attempt.host, effects.probe)
+
+
+def _learn(host: str, per_message: bool, effects: Effects) -> None:
+    """Store how ``host`` charges (the newest evidence wins)."""
+    PaymentHost.objects.bulk_create(
+        [PaymentHost(host=host, per_message=per_message)], ignore_conflicts=True
+    )
+    PaymentHost.objects.filter(host=host).exclude(per_message=per_message).update(
+        per_message=per_message, learnt_at=timezone.now()
+    )
+    effects.learnt(host, per_message)
 
 
 def _nextday_of(now: datetime) -> float:
@@ -210,18 +276,21 @@ def _nextday_of(now: datetime) -> float:
     return (midnight - now).total_seconds()
 
 
-def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
+def _open(outcome: Outcome, challenge: Challenge, batch: LedgerBatch) -> Outcome:
     """Store ``challenge`` as a pending attempt of the outcome's delivery, within budget.
 
-    A host with a pending attempt already (stored by this batch, or committed) is not
-    tried: the unique constraint would refuse it, after a savepoint and an insert.  Its
-    delivery is held before anything else is read (the payments it made are counted
-    when it meets a 402 with nobody paying).  An invoice stored before (its payment
-    hash is unique) is paid again only if it failed unpaid: that attempt is reopened
-    for this delivery (:func:`_served_again` says what becomes of the others).
+    The attempt takes a free slot of its host's (one on a host that sells tokens,
+    ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
+    stored by this batch, or committed) it is not tried: the unique constraint would
+    refuse it, after a savepoint and an insert.  Its delivery is held before anything
+    else is read (the payments it made are counted when it meets a 402 with a slot
+    free).  An invoice stored before (its payment hash is unique) is paid again only if
+    it failed unpaid: that attempt is reopened for this delivery
+    (:func:`~.served_again.served_again` says what becomes of the others).
     """
     row, sender, settings = outcome.row, outcome.message.sender, batch.settings
-    if batch.is_paying(row.host):
+    slot = batch.free_slot(row.host)
+    if slot is None:
         return batch.held_while_paying(outcome)
     spent = PaymentAttempt.objects.filter(delivery_id=row.id).filter(
         Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING)
@@ -232,9 +301,9 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
             f"destination never accepted ({outcome.error})"
         )
         return replace(outcome, result=AttemptResult.REFUSED, error=error)
-    earlier = _stored(challenge)
-    if earlier is not None and not _reopenable(earlier):
-        return _served_again(outcome, earlier, batch)
+    earlier = stored(challenge)
+    if earlier is not None and not reopenable(earlier):
+        return served_again(outcome, earlier, batch)
     now = timezone.now()
     reserve = challenge.amount_msat + settings.max_fee_msat
     fields = {
@@ -251,14 +320,17 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
         "created_at": now,
         "invoice_expires_at": _at(challenge.invoice_expires_at),
         "expires_at": now + timedelta(seconds=settings.token_lifetime),
+        "slot": slot,
     }
+    # A host that charges per message opens nothing with another delivery's token.
+    shared = not batch.effects.per_message(row.host)
     try:
         with transaction.atomic():
             if earlier is None:
                 PaymentAttempt.objects.create(payment_hash=challenge.payment_hash, **fields)
             elif not _reopen(earlier, fields):
                 raise _Changed
-            if bought_meanwhile(row.host, row.id, now):
+            if shared and bought_meanwhile(row.host, row.id, now):
                 raise _BoughtMeanwhile
             if not _reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
                 raise _OverBudget
@@ -266,7 +338,7 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
         wait = settings.hold_while_paying
         return replace(outcome, result=AttemptResult.HELD, error=BOUGHT_MEANWHILE, held_for=wait)
     except _OverBudget:
-        batch.signals.over_budget.append(
+        batch.effects.signals.over_budget.append(
             {
                 "delivery": row.id,
                 "actor": sender,
@@ -279,20 +351,9 @@ def _open(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
         error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
         return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_nextday_of(now))
     except (IntegrityError, _Changed):
-        return _conflict(outcome, challenge, batch)
-    batch.paying.add(row.host)
+        return conflict(outcome, challenge, batch)
+    batch.taken(row.host).add(slot)
     return outcome
-
-
-def _stored(challenge: Challenge) -> PaymentAttempt | None:
-    """The attempt already stored for the challenge's invoice, if any."""
-    return PaymentAttempt.objects.filter(payment_hash=challenge.payment_hash).first()
-
-
-def _reopenable(attempt: PaymentAttempt) -> bool:
-    """Whether a stored attempt may be paid again: the node said it failed, and it was
-    never paid (a route failure, say): paying it again is paying it once."""
-    return attempt.state == PaymentState.FAILED and attempt.paid_at is None
 
 
 def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
@@ -304,45 +365,6 @@ def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
             pk=attempt.pk, state=PaymentState.FAILED, paid_at__isnull=True
         ).update(**again)
     )
-
-
-def _served_again(outcome: Outcome, earlier: PaymentAttempt, batch: _Batch) -> Outcome:
-    """The delivery of a 402 whose invoice is stored already, and is not to be paid again.
-
-    Pending: that invoice is being paid (for another delivery, or host), so it is held
-    as any delivery whose host is being paid.  Paid: paying it again buys nothing; the
-    delivery is held to try a token its host has (``bought_meanwhile``), or, with none,
-    refused (``invoice_already_paid``): a host that serves a paid invoice again will not
-    take our payment for this message.
-    """
-    row = outcome.row
-    if earlier.state == PaymentState.PENDING:
-        return batch.held_while_paying(outcome)
-    if bought_meanwhile(row.host, row.id, timezone.now()):
-        wait = batch.settings.hold_while_paying
-        return replace(outcome, result=AttemptResult.HELD, error=BOUGHT_MEANWHILE, held_for=wait)
-    error = (
-        f"payment refused: {Reason.INVOICE_ALREADY_PAID.value}: the destination served "
-        f"invoice {earlier.payment_hash[:12]} again, paid on "
-        f"{(earlier.paid_at or earlier.created_at):%Y-%m-%d %H:%M:%S} UTC"
-    )
-    return replace(outcome, result=AttemptResult.REFUSED, error=error)
-
-
-def _conflict(outcome: Outcome, challenge: Challenge, batch: _Batch) -> Outcome:
-    """The delivery of a challenge that a unique constraint refused, as what is stored
-    now says: the host's pending attempt (another payment under way), or the invoice's
-    attempt (:func:`_served_again`).  Neither (the row changed since): held briefly, to
-    meet the 402 again and look again."""
-    row = outcome.row
-    if paying_hosts([row.host]):
-        batch.paying.add(row.host)
-        return batch.held_while_paying(outcome)
-    earlier = _stored(challenge)
-    if earlier is not None and not _reopenable(earlier):
-        return _served_again(outcome, earlier, batch)
-    wait = batch.settings.hold_while_paying
-    return replace(outcome, result=AttemptResult.HELD, error=STORED_MEANWHILE, held_for=wait)
 
 
 class _Changed(Exception):

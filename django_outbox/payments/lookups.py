@@ -1,10 +1,11 @@
 """What claims and the sweeper read of payment attempts and budgets; the writes are
 :mod:`~django_outbox.payments.ledger`'s.
 
-A claim calls :func:`claim_lookup` (one query) to hand the attempts what to pay and
-what to present, and to hold deliveries whose host another delivery is paying; the
-recorder asks :func:`paying_hosts` before storing a challenge; the sweeper asks
-:func:`orphans` which pending payments no delivery will resolve.
+A claim calls :func:`claim_lookup` (two queries) to hand the attempts what to pay and
+what to present, and to hold deliveries whose host is being paid as much as it may
+be; the recorder asks :func:`pending_slots` and :func:`per_message_hosts` before
+storing a challenge; the sweeper asks :func:`orphans` which pending payments no
+delivery will resolve.
 """
 
 from __future__ import annotations
@@ -17,7 +18,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.models import FINAL_STATES
-from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentState
+from django_outbox.payments.models import (
+    PaymentAttempt,
+    PaymentBudget,
+    PaymentHost,
+    PaymentState,
+)
 from django_outbox.payments.reports import KeptToken, OpenAttempt
 
 _OPEN = (PaymentState.PENDING, PaymentState.PAID)
@@ -30,19 +36,21 @@ def day_of(moment: datetime) -> date:
 
 @dataclass(frozen=True)
 class ClaimLookup:
-    """What a claim reads of payments for its deliveries, in one query."""
+    """What a claim reads of payments for its deliveries, in two queries."""
 
     #: The newest pending or paid attempt of each delivery that has one.
     attempts: dict[int, OpenAttempt]
     #: The newest token each host accepted, unexpired and not refused since.
     tokens: dict[str, KeptToken]
-    #: The hosts with a payment under way, and the delivery it is for.
-    paying: dict[str, int | None]
+    #: The hosts with payments under way, and the deliveries they are for.
+    paying: dict[str, set[int | None]]
+    #: The hosts known to charge per message (:func:`per_message_hosts`).
+    per_message: set[str]
 
 
 def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLookup:
-    """The open attempts of ``delivery_ids``, and the kept tokens and payments under way
-    of ``hosts``: one query, however many deliveries a claim took."""
+    """The open attempts of ``delivery_ids``, and the kept tokens, payments under way and
+    way of charging of ``hosts``: two queries, however many deliveries a claim took."""
     ids, hosts = set(delivery_ids), set(hosts)
     now = timezone.now()
     rows = PaymentAttempt.objects.filter(
@@ -50,7 +58,7 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
         | Q(host__in=hosts, state=PaymentState.PENDING)
         | Q(host__in=hosts, state=PaymentState.USED, retired_at__isnull=True, expires_at__gt=now)
     ).order_by("-id")
-    found = ClaimLookup({}, {}, {})
+    found = ClaimLookup({}, {}, {}, per_message_hosts(hosts))
     newest: dict[str, datetime] = {}
     for row in rows:
         if row.state == PaymentState.USED:
@@ -62,7 +70,7 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
                 )
             continue
         if row.state == PaymentState.PENDING and row.host in hosts:
-            found.paying[row.host] = row.delivery_id
+            found.paying.setdefault(row.host, set()).add(row.delivery_id)
         if row.delivery_id in ids and row.delivery_id not in found.attempts:
             found.attempts[row.delivery_id] = _open_attempt(row)
     return found
@@ -85,10 +93,23 @@ def _open_attempt(row: PaymentAttempt) -> OpenAttempt:
     )
 
 
-def paying_hosts(hosts: Iterable[str]) -> dict[str, int | None]:
-    """Which of ``hosts`` have a payment under way, and the delivery it is for."""
-    rows = PaymentAttempt.objects.filter(host__in=set(hosts), state=PaymentState.PENDING)
-    return dict(rows.values_list("host", "delivery_id"))
+def pending_slots(host: str) -> set[int]:
+    """The slots of ``host``'s payments under way (none: nobody is paying it)."""
+    rows = PaymentAttempt.objects.filter(host=host, state=PaymentState.PENDING)
+    return set(rows.values_list("slot", flat=True))
+
+
+def host_charges(host: str) -> bool | None:
+    """How the ledger learnt ``host`` charges: True per message, False by the token,
+    None when it has not learnt it yet."""
+    return PaymentHost.objects.filter(host=host).values_list("per_message", flat=True).first()
+
+
+def per_message_hosts(hosts: Iterable[str]) -> set[str]:
+    """Which of ``hosts`` the ledger learnt charge per message (each delivery pays its
+    own invoice); the others are taken to sell tokens."""
+    rows = PaymentHost.objects.filter(host__in=set(hosts), per_message=True)
+    return set(rows.values_list("host", flat=True))
 
 
 def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:

@@ -63,6 +63,13 @@ class PaymentAttempt(models.Model):
     )
     reason = models.CharField(max_length=500, blank=True)
     uses = models.PositiveIntegerField(default=0, help_text="Deliveries the token opened.")
+    slot = models.PositiveSmallIntegerField(
+        default=0,
+        help_text=(
+            "Which of its host's payments under way this is: always 0 on a host that sells "
+            "tokens, below MAX_PARALLEL_PER_HOST on one that charges per message."
+        ),
+    )
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     invoice_expires_at = models.DateTimeField()
     expires_at = models.DateTimeField(help_text="End of the attempt's and token's lifetime.")
@@ -74,12 +81,19 @@ class PaymentAttempt(models.Model):
     class Meta:
         ordering = ("-id",)
         constraints = [
-            # One payment under way per host: a second delivery meeting a 402 there
-            # waits for it (and then, on a host that sells tokens, uses its token).
+            # One payment under way per host and slot: a host that sells tokens has one
+            # slot (a second delivery meeting a 402 there waits for the token being
+            # bought), one that charges per message MAX_PARALLEL_PER_HOST.
             models.UniqueConstraint(
-                fields=("host",),
+                fields=("host", "slot"),
                 condition=Q(state="pending"),
-                name="django_outbox_one_pending_payment_per_host",
+                name="django_outbox_pending_payment_slot",
+            ),
+            # Never two payments under way for one delivery (one inbox's copy of a message).
+            models.UniqueConstraint(
+                fields=("delivery",),
+                condition=Q(state="pending"),
+                name="django_outbox_one_pending_payment_per_delivery",
             ),
         ]
         indexes = [
@@ -99,6 +113,24 @@ class PaymentAttempt(models.Model):
 
     def __repr__(self) -> str:
         return f"<PaymentAttempt {self.pk}: {self}>"
+
+
+class PaymentHost(models.Model):
+    """What the ledger learnt of how a host charges, from what it did with its tokens.
+
+    A host that answered ``402`` to a token it had accepted once charges per message:
+    its deliveries pay their own invoices, several at once.  A host that accepted one
+    token for a second delivery sells tokens: one payment at a time, the others wait
+    for its token.  A host with no row is taken to sell tokens until it shows otherwise
+    (a second payment there would be waste).
+    """
+
+    host = models.CharField(max_length=255, unique=True)
+    per_message = models.BooleanField(default=False)
+    learnt_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.host}: {'per message' if self.per_message else 'sells tokens'}"
 
 
 class PaymentBudget(models.Model):

@@ -24,14 +24,16 @@ never on the loop's default executor.  A payment starts only while what is left 
 delivery's lease covers it and the request after it (:func:`payment_seconds`): else the
 delivery is given back, unsent and unpaid, for a claim with a fresh lease.
 
-For ``HOLD_WHILE_PAYING`` seconds after one of its deliveries met a payable 402 (or
-until one of its deliveries is accepted with a token it paid for there), a
-process sends nothing to that host without a token or an attempt of its own: until
-the recorder has stored that challenge (and claims park the others), each such
-request would only meet a 402 to decode and hold.  They are held without a request.
-A 402 met meanwhile (without a token, or to a kept token that a host charging per
-message refuses), or while the claim knew the host was being paid for another
-delivery, is held without decoding its invoice.
+On a host not known to charge per message, for ``HOLD_WHILE_PAYING`` seconds after
+one of its deliveries met a payable 402 (or until one of its deliveries is accepted
+with a token it paid for there), a process sends nothing to that host without a token
+or an attempt of its own: until the recorder has stored that challenge (and claims
+park the others), each such request would only meet a 402 to decode and hold.  They
+are held without a request.  A 402 met meanwhile without a token, or while the claim
+knew the host was being paid for another delivery, is held without decoding its
+invoice.  A 402 answering a kept token is decoded: it tells the ledger that the host
+charges per message.  On a host known to (``PaymentJob.per_message``) every delivery
+the claim let go meets its own 402 and pays its own invoice.
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class PaymentJob:
     token: KeptToken | None = None
     #: Whether another delivery's payment to the host was under way at the claim.
     paying: bool = False
+    #: Whether the host is known to charge per message: every delivery there pays its
+    #: own invoice, so a 402 met there is a payment to make, never a reason to wait.
+    per_message: bool = False
 
 
 @dataclass(frozen=True)
@@ -329,7 +334,7 @@ async def exchange(
     if authorization is None and token is not None:
         authorization = token.authorization()
         presented = (token.attempt_id, Change.RETIRED)
-    if own is None and token is None and met_402_lately(host):
+    if own is None and token is None and not job.per_message and met_402_lately(host):
         return trail.ends(
             AttemptResult.HELD,
             MET_402_LATELY,
@@ -352,10 +357,14 @@ async def exchange(
             trail.add(attempt_id, refused, reason=f"HTTP {response.status} to the paid token")
     if not _wants_payment(response):
         return Exchange(response=response, report=trail.report())
-    if own is None and (job.paying or met_402_lately(host)):
+    refused_token = presented is not None and own is None
+    if (
+        own is None
+        and not (job.per_message or refused_token)
+        and (job.paying or met_402_lately(host))
+    ):
         # Its invoice would be decoded (milliseconds) only for the recorder to hold it:
-        # the host's payment under way is another delivery's (a kept token refused here
-        # is retired all the same).
+        # the host's payment under way is another delivery's.
         wait = job.settings.hold_while_paying
         return trail.ends(
             AttemptResult.HELD, PAYING_ELSEWHERE, status=response.status, held_for=wait
@@ -365,7 +374,8 @@ async def exchange(
         return Exchange(
             result=found.result, status=found.status, error=found.error, report=trail.report()
         )
-    _challenged[host] = time.monotonic() + job.settings.hold_while_paying
+    if not (job.per_message or refused_token):
+        _challenged[host] = time.monotonic() + job.settings.hold_while_paying
     asked = f"payment required: {found.amount_msat} msat (invoice {found.payment_hash[:12]})"
     return Exchange(
         result=AttemptResult.PAYING,

@@ -9,8 +9,8 @@ paid (the money is gone, the record says so), failed or never started makes it f
 
 The workers' recovery pass calls :func:`resolve_orphans_now` every heartbeat, and
 the sweeper :func:`resolve_orphans` every sweep.  Either costs one query when there is
-nothing to resolve: it reads the pending attempts (one per host at most) through the
-partial unique index that keeps them one per host.  The node
+nothing to resolve: it reads the pending attempts (one per host and slot at most)
+through the partial unique index that keeps them so.  The node
 calls run on the payment threads, each bounded by the client's timeout; the caller
 waits for them at most ``budget`` seconds, and a call still under way then is not
 asked again: the next pass takes its answer.

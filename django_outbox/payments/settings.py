@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYMENTS_PER_DELIVERY": 3,
     "HOLD_WHILE_PAYING": 1.0,
     "CLIENT_THREADS": 8,
+    "MAX_PARALLEL_PER_HOST": 16,
 }
 #: Settings that must be positive numbers.
 POSITIVE = (
@@ -44,6 +45,7 @@ POSITIVE = (
     "MAX_PAYMENTS_PER_DELIVERY",
     "HOLD_WHILE_PAYING",
     "CLIENT_THREADS",
+    "MAX_PARALLEL_PER_HOST",
 )
 #: The most each number may be: amounts within :data:`MAX_MSAT`, times within what a
 #: date can carry them to, counts within reason.
@@ -58,6 +60,7 @@ LIMITS: dict[str, float] = {
     "MAX_PAYMENTS_PER_DELIVERY": 100,
     "HOLD_WHILE_PAYING": 60.0,
     "CLIENT_THREADS": 256,
+    "MAX_PARALLEL_PER_HOST": 256,
 }
 
 
@@ -83,6 +86,8 @@ class PaymentSettings:
     max_payments_per_delivery: int = DEFAULTS["MAX_PAYMENTS_PER_DELIVERY"]
     hold_while_paying: float = DEFAULTS["HOLD_WHILE_PAYING"]
     client_threads: int = DEFAULTS["CLIENT_THREADS"]
+    #: Payments one host that charges per message may have under way at once.
+    max_parallel_per_host: int = DEFAULTS["MAX_PARALLEL_PER_HOST"]
 
 
 def problems(value: Any) -> list[tuple[str, str]]:

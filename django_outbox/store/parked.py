@@ -1,31 +1,45 @@
-"""Parked deliveries let go early: what a worker parked for a reason that has ended.
+"""Ending holds early: deliveries parked for a host, made due now.
 
-A parked delivery is ``queued`` with a later ``next_attempt_at`` and no message on the
-broker (``dispatched_at`` empty), its ``last_error`` saying why it waits.  When the
-reason ends before the time it was parked for (its host resumed by hand), the rows are
-made due now and handed back to be published.
+A delivery held for its host (while the host is paid, or paused by hand) is parked in
+the database until its hold ends (:func:`~django_outbox.store.transitions.park`):
+``queued``, due later, with no message on the broker and its ``last_error`` saying why
+it waits.  When what it waited for happens sooner (a token bought, a payment slot
+freed, the host resumed), :func:`release_parked` makes it due at once and hands back
+its id to publish, rather than leave it to its hold timer and the recovery pass.
+Only rows still queued and parked for the given reasons are touched, so a delivery
+that moved on meanwhile is left alone.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState
-from django_outbox.store.queries import Lanes, by_lane
+from django_outbox.store.queries import STEP, Lanes, by_lane
 
 
-def release_parked(host: str, reason: str) -> Lanes:
-    """Make due now the queued deliveries to ``host`` parked with ``reason`` (the start of
-    their ``last_error``), marked published; the ids to publish, by lane."""
+def release_parked(
+    host: str,
+    reasons: Collection[str] = (),
+    limit: int | None = None,
+    *,
+    starting: str = "",
+) -> Lanes:
+    """Make due now the queued deliveries to ``host`` parked for one of ``reasons``
+    (their ``last_error``), or with a ``last_error`` ``starting`` so, and not due yet:
+    the ``limit`` due first (all, up to :data:`~django_outbox.store.queries.STEP`, when
+    None).  Their ids by lane, to publish (one that moved on meanwhile is published
+    for nothing: a claim takes only queued rows that are due); they are marked
+    dispatched now, as any delivery published."""
     now = timezone.now()
+    why = {"last_error__startswith": starting} if starting else {"last_error__in": list(reasons)}
     parked = Delivery.objects.filter(
-        host=host,
-        state=DeliveryState.QUEUED,
-        next_attempt_at__gt=now,
-        last_error__startswith=reason,
+        host=host, state=DeliveryState.QUEUED, next_attempt_at__gt=now, **why
     )
-    rows = list(parked.values_list("id", "lane"))
-    Delivery.objects.filter(
-        id__in=[pk for pk, _ in rows], state=DeliveryState.QUEUED, last_error__startswith=reason
-    ).update(next_attempt_at=now, dispatched_at=now)
+    first = parked.order_by("next_attempt_at", "id").values_list("id", "lane")
+    rows = list(first[: STEP if limit is None else max(0, limit)])
+    if rows:
+        parked.filter(id__in=[pk for pk, _ in rows]).update(next_attempt_at=now, dispatched_at=now)
     return by_lane(rows)

@@ -37,7 +37,14 @@ from django_outbox.backoff import decide
 from django_outbox.conf import conf
 from django_outbox.endpoint_health import EndpointOutcomes
 from django_outbox.hosts import Failure, record_failures, record_successes
-from django_outbox.models import FINAL_STATES, LIVE_STATES, Delivery, DeliveryState, Message
+from django_outbox.models import (
+    FINAL_STATES,
+    LIVE_STATES,
+    Delivery,
+    DeliveryState,
+    Lane,
+    Message,
+)
 from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
 from django_outbox.safe_text import one_line
 from django_outbox.store.bulk_insert import bulk_insert
@@ -319,7 +326,10 @@ def _fields_for(outcome: Outcome, now: datetime, plan: OutcomePlan) -> dict[str,
     )
     if not parked:
         lanes = plan.retries.setdefault(max(0, int(wait + 0.999)), {})
-        lanes.setdefault(row.lane, []).append(row.id)
+        # A delivery back to pay its stored invoice is paid for: it goes ahead of its
+        # lane's unpaid backlog, on the priority lane.
+        lane = Lane.PRIORITY if outcome.result is AttemptResult.PAYING else row.lane
+        lanes.setdefault(lane, []).append(row.id)
     return fields | _UNCLAIMED
 
 

@@ -69,6 +69,15 @@ class Job:
     #: little before its lease lapses, after which another worker may send it.
     finish_by: float = math.inf
 
+    @property
+    def pays(self) -> bool:
+        """Whether it carries a payment attempt of its own (to pay, or paid): it goes
+        first, on the engine's urgent loop, and in no host's line.  A paid message does
+        not wait behind unpaid ones, and what bounds its host's payments is the ledger's
+        slots (``MAX_PARALLEL_PER_HOST``), not ``OUTBOX_PER_HOST``: most of its time is
+        the node's, not the host's."""
+        return self.payment is not None and self.payment.open is not None
+
     def outcome(
         self,
         result: AttemptResult,

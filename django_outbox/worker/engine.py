@@ -2,8 +2,9 @@
 
 A Celery task only claims rows and hands them to the process's :class:`Engine`:
 an event loop in a thread of its own that keeps up to ``OUTBOX_CONCURRENCY``
-deliveries in flight, at most ``OUTBOX_PER_HOST`` to one host.  A delivery whose
-host is at its cap waits in that host's line, and one under way for
+deliveries in flight, at most ``OUTBOX_PER_HOST`` to one host (a job the caller
+puts in no host's line, a delivery paying its own invoice, is not held by that cap).
+A delivery whose host is at its cap waits in that host's line, and one under way for
 :data:`SLOW_AFTER` seconds stops counting against the concurrency (up to
 ``max_in_flight`` in all), so slow or silent servers take their own slots and no
 others.  Priority-lane deliveries are started before any other that waits, go to
@@ -61,7 +62,8 @@ class _HostLine(Generic[J]):
 class Engine(Generic[J]):
     """Runs ``await work(job)`` for submitted jobs on its own event loop.
 
-    ``host_of`` names a job's host and ``urgent`` says whether it jumps the line.
+    ``host_of`` names a job's host (None: a job in no host's line, which no host cap
+    holds back) and ``urgent`` says whether it jumps the line.
     ``submit`` refuses nothing but when stopping; callers keep to :meth:`room`: at
     most ``backlog`` jobs (one per unit of concurrency unless given) ready to start
     and ``parked`` (four per unit) waiting in the lines of hosts at their cap, which
@@ -79,7 +81,7 @@ class Engine(Generic[J]):
         self,
         work: Callable[[J], Awaitable[None]],
         *,
-        host_of: Callable[[J], str],
+        host_of: Callable[[J], str | None],
         urgent: Callable[[J], bool],
         concurrency: int,
         per_host: int,
@@ -197,19 +199,24 @@ class Engine(Generic[J]):
             del self._active[id(job)]
             self._urgent_running -= not lane
             host = self._host_of(job)
-            line = self._hosts[host]
-            if line.waiting:
-                following = line.waiting.popleft()
-                self._parked -= 1
-                self._runnable[0 if self._urgent(following) else 1].append(following)
-            else:
-                line.in_flight -= 1
-                if line.in_flight == 0:
-                    del self._hosts[host]
+            if host is not None:
+                self._leave_line(host)
             if not self._active and not self._waiting:
                 self._settled.notify_all()
             self._wake(but=lane)
         self._pump(lane)
+
+    def _leave_line(self, host: str) -> None:
+        """A job of ``host``'s line ended: the next one waiting there starts (lock held)."""
+        line = self._hosts[host]
+        if line.waiting:
+            following = line.waiting.popleft()
+            self._parked -= 1
+            self._runnable[0 if self._urgent(following) else 1].append(following)
+        else:
+            line.in_flight -= 1
+            if line.in_flight == 0:
+                del self._hosts[host]
 
     def _watch(self) -> None:
         """Count slow jobs now and then; a job turning slow frees a slot for another."""
@@ -235,8 +242,8 @@ class Engine(Generic[J]):
         """Jobs parked behind hosts all of whose running jobs started before ``since``
         (lock held): a silent server's line, which must not fill the parking cap and
         stop the claims for every other host until its requests time out."""
-        slow: set[str] = set()
-        fresh: set[str] = set()
+        slow: set[str | None] = set()
+        fresh: set[str | None] = set()
         for job, started, _ in self._active.values():
             (slow if started < since else fresh).add(self._host_of(job))
         return sum(len(self._hosts[host].waiting) for host in slow - fresh if host in self._hosts)
@@ -279,8 +286,12 @@ class Engine(Generic[J]):
 
     def _add(self, job: J) -> None:
         """Put ``job`` in line: ready at once, or parked behind its host's cap."""
-        line = self._hosts[self._host_of(job)]
+        host = self._host_of(job)
         self._waiting += 1
+        if host is None:
+            self._runnable[0 if self._urgent(job) else 1].append(job)
+            return
+        line = self._hosts[host]
         if line.in_flight < self._per_host:
             line.in_flight += 1
             self._runnable[0 if self._urgent(job) else 1].append(job)

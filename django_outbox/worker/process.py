@@ -101,8 +101,8 @@ class WorkerProcess:
         self.tasks = Part("task", stall)
         self.engine: Engine[Job] = Engine(
             self._send,
-            host_of=lambda job: job.row.host,
-            urgent=lambda job: job.row.lane == Lane.PRIORITY,
+            host_of=lambda job: None if job.pays else job.row.host,
+            urgent=lambda job: job.pays or job.row.lane == Lane.PRIORITY,
             concurrency=conf.CONCURRENCY,
             per_host=conf.PER_HOST,
             max_in_flight=conf.MAX_IN_FLIGHT,

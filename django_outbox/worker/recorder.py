@@ -28,7 +28,7 @@ from django_outbox.backoff import held_until
 from django_outbox.conf import conf
 from django_outbox.dispatch import publish
 from django_outbox.metrics.recording import record_batch
-from django_outbox.models import Signing
+from django_outbox.models import Lane, Signing
 from django_outbox.notify import AttemptSignals
 from django_outbox.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.payments.ledger import record_payments
@@ -62,7 +62,8 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     sent again, which is what makes them at least once.  Payment reports are
     written before either (:func:`~django_outbox.payments.ledger.record_payments`),
     and may turn an outcome into a hold or a refusal; the holds while a host is paid
-    are then parked (:func:`park_payment_holds`).  Returns the plan, whose
+    are then parked (:func:`park_payment_holds`), and the deliveries parked for a host
+    whose payment ended are published on the priority lane at once.  Returns the plan, whose
     retries and successors :func:`publish_effects` publishes once it is saved.
     What was saved is counted for the metrics.  The signature schemes hosts accepted
     are told to the shared cache first (:func:`~django_outbox.signing.schemes.share_learnt`),
@@ -73,7 +74,9 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     payments = conf.PAYMENTS
     if payments is not None:
         # Committed first: what was paid is kept even if the claim was lost meanwhile.
-        outcomes = park_payment_holds(record_payments(outcomes, payments))
+        recorded = record_payments(outcomes, payments)
+        publish({Lane.PRIORITY: recorded.released})
+        outcomes = park_payment_holds(recorded.outcomes)
     plan = plan_outcomes(outcomes)
     signals = AttemptSignals()
     for outcome, fields in plan.decided:

@@ -13,7 +13,9 @@
 A wrong ``Grpc-Metadata-macaroon`` gets 401.  Switches: ``status_next`` (answer the
 next calls with these HTTP statuses), ``hang_after_paying`` (pay, then answer only
 after that many seconds: the client times out although the payment went through),
-``delay`` (every call waits that many seconds before it is served: a slow node).
+``delay`` (every call waits that many seconds before it is served: a slow node),
+``pay_delay`` (a payment takes that many seconds more: the time a real node spends
+finding a route and settling; look-ups are not slowed).
 ``in_flight`` counts the calls being served.
 Plain HTTP unless an ``ssl_context`` is given (e.g. from ``trustme``).
 """
@@ -95,6 +97,7 @@ class FakeLndServer:
         self.stream_hold = stream_hold
         self.hang_after_paying = 0.0
         self.delay = 0.0
+        self.pay_delay = 0.0
         self.in_flight = 0
         self.status_next: list[int] = []
         self.calls: list[LndCall] = []
@@ -229,6 +232,7 @@ def _handler_for(server: FakeLndServer) -> type[BaseHTTPRequestHandler]:
             self._pay(body)
 
         def _pay(self, body: dict[str, Any]) -> None:
+            server.wait(server.pay_delay)
             amount = body.get("amt_msat")
             fee_limit = (body.get("fee_limit") or {}).get("fixed_msat")
             try:

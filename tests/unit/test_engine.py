@@ -295,3 +295,35 @@ def test_urgent_jobs_do_not_wait_for_a_slot_but_for_the_most_in_flight() -> None
         task.hold.set()
     assert engine.wait_idle(5)
     assert len(started) == 5
+
+
+def test_jobs_in_no_host_line_are_not_held_by_the_per_host_cap() -> None:
+    """A job whose ``host_of`` is None (a delivery paying its own invoice) waits in no
+    host's line: the per-host cap holds back only the others of its host."""
+    started: list[Task] = []
+
+    async def work(task: Task) -> None:
+        started.append(task)
+        await released(task)
+
+    engine: Engine[Task] = Engine(
+        work,
+        host_of=lambda t: None if t.urgent else t.host,
+        urgent=lambda t: t.urgent,
+        concurrency=8,
+        per_host=1,
+        backlog=100,
+    )
+    lined = [Task("paid") for _ in range(3)]
+    free = [Task("paid", urgent=True) for _ in range(3)]
+    engine.submit(lined + free)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(started) < 4:
+        time.sleep(0.01)
+    time.sleep(0.1)
+    assert sorted(t.urgent for t in started) == [False, True, True, True]
+    for task in lined + free:
+        task.hold.set()
+    assert engine.wait_idle(5)
+    assert len(started) == 6
+    engine.stop()

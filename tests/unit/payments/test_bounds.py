@@ -176,7 +176,7 @@ def stored(found: Exchange | Challenge, claimed: tuple[ClaimedRow, MessageData])
     row, message = claimed
     outcome = Outcome(row, message, AttemptResult.PAYING, payment=PaymentReport(challenge=found))
     with transaction.atomic():
-        [recorded] = record_payments([outcome], SETTINGS)
+        [recorded] = record_payments([outcome], SETTINGS).outcomes
         if recorded.result is AttemptResult.HELD:
             assert recorded.error.startswith("held: paying"), recorded.error
             assert found.amount_msat + SETTINGS.max_fee_msat > SETTINGS.daily_budget_msat

@@ -63,34 +63,37 @@ def test_a_402_from_a_host_paid_for_another_delivery_is_held_undecoded(
     inbox = Inbox(L402Gate(issuer, price_msat=None))
     held = exchanged(job(lnd, paying=True), URL, BODY_SIZE, inbox)
     assert (held.result, held.status, held.report) == (AttemptResult.HELD, 402, None)
+    assert inbox.sent == [None]
+
+
+def test_a_402_answering_a_kept_token_is_decoded_even_while_the_host_is_paid(
+    lnd: FakeLndServer, issuer: InvoiceIssuer
+) -> None:
+    """A host that refuses the token it accepted once charges per message: the ledger
+    learns it from the refusal, and the challenge is stored, not held undecoded."""
+    inbox = Inbox(L402Gate(issuer, price_msat=None))
+    challenge_from(exchanged(job(lnd), URL, BODY_SIZE, inbox))  # this process met a 402
     token = KeptToken(7, "paid.example", "L402", "bWFj", "00" * 32)
     refused = exchanged(job(lnd, token=token, paying=True), URL, BODY_SIZE, inbox)
-    assert refused.result is AttemptResult.HELD
-    assert refused.report is not None
+    assert refused.result is AttemptResult.PAYING
+    assert refused.report is not None and refused.report.challenge is not None
     assert [s.change for s in refused.report.settlements] == [Change.RETIRED]
     assert inbox.sent == [None, token.authorization()]
 
 
-def test_after_a_402_a_kept_token_refused_there_is_held_undecoded_until_paid(
-    lnd: FakeLndServer, issuer: InvoiceIssuer, monkeypatch: pytest.MonkeyPatch
+def test_a_host_known_to_charge_per_message_gets_each_deliverys_request_and_payment(
+    lnd: FakeLndServer, issuer: InvoiceIssuer
 ) -> None:
-    """A host charging per message refuses the token kept from its last payment: while
-    this process's own 402 there is stored and paid, decoding another would serve
-    nothing.  Once that payment's token is accepted, the moment is over."""
+    """No moment of holding after a 402 there (the claim bounds how many go), and every
+    402 is decoded, to be paid."""
     inbox = Inbox(L402Gate(issuer, price_msat=None))
-    challenge = challenge_from(exchanged(job(lnd), URL, BODY_SIZE, inbox))
-    decode = paying.challenge_of
-    monkeypatch.setattr(paying, "challenge_of", _undecodable)
-    token = KeptToken(7, "paid.example", "L402", "bWFj", "00" * 32)
-    refused = exchanged(job(lnd, token=token), URL, BODY_SIZE, inbox)
-    assert (refused.result, refused.status) == (AttemptResult.HELD, 402)
-    assert refused.report is not None
-    assert [s.change for s in refused.report.settlements] == [Change.RETIRED]
-    monkeypatch.setattr(paying, "challenge_of", decode)
-    paid = exchanged(job(lnd, open=stored(challenge)), URL, BODY_SIZE, inbox)
-    assert paid.response is not None and paid.response.status == 202
+    hashes = {
+        challenge_from(exchanged(job(lnd, per_message=True), URL, BODY_SIZE, inbox)).payment_hash
+        for _ in range(3)
+    }
+    assert len(hashes) == 3
     assert challenge_from(exchanged(job(lnd), URL, BODY_SIZE, inbox)).payment_hash
-    assert len(inbox.sent) == 4
+    assert inbox.sent == [None] * 4
 
 
 def _undecodable(*args: object) -> None:

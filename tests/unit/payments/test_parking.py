@@ -89,16 +89,17 @@ def test_a_hold_that_would_outlast_the_deadline_fails_the_delivery(
     assert state(late) == DeliveryState.FAILED
 
 
-def test_a_claim_reads_attempts_tokens_and_payments_under_way_in_one_query(
+def test_a_claim_reads_attempts_tokens_payments_under_way_and_charging_in_two_queries(
     inbox: L402InboxServer,
 ) -> None:
     first, second = send(inbox.url("/a"), inbox.url("/b"))
     round_of([first])
     with CaptureQueriesContext(connection) as queries:
         found = claim_lookup([first, second], [inbox.host])
-    assert len(queries) == 1
+    assert len(queries) == 2
     assert set(found.attempts) == {first}
-    assert found.paying == {inbox.host: first}
+    assert found.paying == {inbox.host: {first}}
+    assert found.per_message == set()
     assert found.tokens == {}
     round_of([first])
     found = claim_lookup([first, second], [inbox.host])
@@ -113,10 +114,10 @@ def test_a_hosts_queue_is_counted_once_for_the_holds_of_claims_close_together(
     rows = claim(others, new_token())
     with CaptureQueriesContext(connection) as queries:
         payment_jobs(rows[:1])
-    assert len(queries) == 2, "the payment lookup, the queue's length"
+    assert len(queries) == 3, "the payment lookup (two), the queue's length"
     with CaptureQueriesContext(connection) as queries:
         _, wait = payment_jobs(rows[1:])
-    assert len(queries) == 1, "the payment lookup"
+    assert len(queries) == 2, "the payment lookup (two)"
     assert set(wait) == set(others) - {rows[0].id}
 
 

@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Message, PaymentAttempt
-from django_outbox.payments import ledger, paying
+from django_outbox.payments import ledger, paying, served_again
 from django_outbox.payments.lookups import spent_today
 from django_outbox.payments.reports import PAYING_ELSEWHERE, STORED_MEANWHILE, Challenge
 from testproject.demo.keys import ACTOR
@@ -146,7 +146,7 @@ def test_an_invoice_being_paid_and_served_to_another_host_holds_that_delivery(
 def _stored_meanwhile(patch: pytest.MonkeyPatch, then: Callable[[Challenge], object]) -> None:
     """The ledger reads no stored attempt for the invoice, and ``then(challenge)`` runs
     before it writes: another worker storing it meanwhile."""
-    read = ledger._stored
+    read = served_again.stored
     calls: list[Challenge] = []
 
     def stored(challenge: Challenge) -> PaymentAttempt | None:
@@ -156,7 +156,8 @@ def _stored_meanwhile(patch: pytest.MonkeyPatch, then: Callable[[Challenge], obj
             return None
         return read(challenge)
 
-    patch.setattr(ledger, "_stored", stored)
+    patch.setattr(ledger, "stored", stored)
+    patch.setattr(served_again, "stored", stored)
 
 
 def _paid_elsewhere(challenge: Challenge) -> None:
