@@ -174,6 +174,10 @@ class Engine(Generic[J]):
                 started.append(job)
             if started:
                 self._room_made.notify_all()
+                if not lane:
+                    # The main loop may have looked while these were ready, and started
+                    # nothing then: it may start its own now.
+                    self._wake(but=lane)
 
     def _may_start(self, lane: int) -> bool:
         """Whether a job of ``lane`` (0: urgent) may start; others wait while urgent ones do."""

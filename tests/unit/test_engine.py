@@ -327,3 +327,29 @@ def test_jobs_in_no_host_line_are_not_held_by_the_per_host_cap() -> None:
     assert engine.wait_idle(5)
     assert len(started) == 6
     engine.stop()
+
+
+def test_work_submitted_with_urgent_jobs_starts_once_they_have() -> None:
+    """The main loop may look while urgent jobs are ready and start nothing; once the
+    urgent loop has started them it is woken, and its own job starts (it used to wait
+    for the next event, which may never come while the urgent ones run)."""
+    for _ in range(10):
+        started: list[Task] = []
+
+        async def work(task: Task, started: list[Task] = started) -> None:
+            started.append(task)
+            await released(task)
+
+        engine: Engine[Task] = Engine(
+            work, host_of=lambda t: t.host, urgent=lambda t: t.urgent, concurrency=8, per_host=1
+        )
+        tasks = [Task("bulk"), *(Task(f"u{n}", urgent=True) for n in range(3))]
+        engine.submit(tasks)
+        deadline = time.monotonic() + 2
+        while len(started) < 4 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert sorted(t.urgent for t in started) == [False, True, True, True]
+        for task in tasks:
+            task.hold.set()
+        assert engine.wait_idle(5)
+        engine.stop()
