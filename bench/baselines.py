@@ -56,7 +56,7 @@ def _bare_process(
     import http.client
     from urllib.parse import urlsplit
 
-    from django_outbox.keys import SenderKey, load_private_key
+    from django_outbox.sending.keys import SenderKey, load_private_key
     from django_outbox.signing import Scheme, sign_headers
 
     key = SenderKey(key_id, pem)

@@ -64,10 +64,10 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
     from django_outbox.breakers import BreakerPolicy
     from django_outbox.breakers.redis_store import RedisBreakerStore
     from django_outbox.conf import conf
+    from django_outbox.sending.validation import serialise_activity
     from django_outbox.signing import Scheme, sign_headers
     from django_outbox.signing.schemes import remember_here, remembered
     from django_outbox.transport import Transport
-    from django_outbox.validation import serialise_activity
     from testproject.demo.keys import resolve
 
     n = 500 if quick else 3000
@@ -139,11 +139,11 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
 def _database_steps(farm: Farm, batches: int) -> dict[str, dict[str, float]]:
     """Claiming 50 ids per task, saving 500 outcomes per recorder batch, publishing."""
     from django_outbox import outbox
-    from django_outbox.dispatch import publish
+    from django_outbox.broker.publish import publish
     from django_outbox.models import Delivery
-    from django_outbox.outcomes import AttemptResult, Outcome
     from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
     from django_outbox.store.transitions import claim
+    from django_outbox.values.outcomes import AttemptResult, Outcome
     from django_outbox.worker.recorder import apply_outcomes, publish_effects
 
     totals = {"claim": [0.0, 0.0], "save": [0.0, 0.0], "publish": [0.0, 0.0]}

@@ -57,7 +57,7 @@ def thread_cpu(pids: list[int]) -> dict[str, float]:
 def one(env: Env, farm: Farm, per_host: int, settings: dict[str, Any]) -> dict:
     """Drain ``per_host`` x 200 pre-queued deliveries with one variant of the worker."""
     from django_outbox import outbox
-    from django_outbox.fanout import expand
+    from django_outbox.sending.fanout import expand
 
     reset_state(env)
     message = outbox.send(ED_ACTOR, activity(0), farm.inboxes(per_host))

@@ -13,7 +13,7 @@ which has a shared inbox; one in a hundred on the sender's own host, left out): 
 send to 100,000 of them writes 10,000 deliveries, one per shared inbox.
 
 Then (first repeat only) the expansion a worker would do next
-(``django_outbox.fanout.expand``: write the delivery rows in slices and publish them)
+(``django_outbox.sending.fanout.expand``: write the delivery rows in slices and publish them)
 is timed in this process too, to show how soon after ``send`` returns the rows exist.
 """
 
@@ -50,10 +50,10 @@ def one(env: Env, given: Sequence[Any], with_expand: bool) -> dict[str, Any]:
     """Time one ``send`` and then the expansion of what it stored."""
     from django_outbox import outbox
     from django_outbox.conf import conf
-    from django_outbox.fanout import expand
-    from django_outbox.recipients import collapse
+    from django_outbox.sending.fanout import expand
+    from django_outbox.sending.recipients import collapse
+    from django_outbox.sending.validation import clean_inboxes
     from django_outbox.transport.addresses import parse_networks
-    from django_outbox.validation import clean_inboxes
 
     reset_state(env)
     busy = wait_quiet()

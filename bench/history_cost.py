@@ -41,9 +41,9 @@ def one_batch(result: str) -> tuple[float, float]:
 
     from django_outbox import outbox
     from django_outbox.models import Delivery
-    from django_outbox.outcomes import AttemptResult, Outcome
     from django_outbox.store.claimed import load_messages, new_token
     from django_outbox.store.transitions import claim
+    from django_outbox.values.outcomes import AttemptResult, Outcome
     from django_outbox.worker.recorder import apply_outcomes
 
     inboxes = [f"https://h{i % 50}.example/users/{time.monotonic_ns()}/{i}" for i in range(BATCH)]

@@ -42,7 +42,7 @@ def pss_mb(pids: list[int]) -> float:
 def one(env: Env, farm: Farm, size: int, timeout: float) -> dict[str, Any]:
     """Queue ``size`` deliveries, then run a worker through them, sampling its memory."""
     from django_outbox import outbox
-    from django_outbox.fanout import expand
+    from django_outbox.sending.fanout import expand
 
     reset_state(env)
     message = outbox.send(ACTOR, activity(0), farm.inboxes(size // HOSTS))

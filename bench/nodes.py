@@ -81,8 +81,8 @@ class _Recorder:
 def prepare(env: Env, farm: Farm, per_host: int) -> list[Message]:
     """Write ``per_host`` x 200 deliveries; their ``deliver`` messages, not yet sent."""
     from django_outbox import outbox
-    from django_outbox.dispatch import DELIVER, use_publisher
-    from django_outbox.fanout import expand
+    from django_outbox.broker.publish import DELIVER, use_publisher
+    from django_outbox.sending.fanout import expand
 
     reset_state(env)
     recorder = _Recorder()

@@ -4,10 +4,10 @@
 
 For 10,000 and 100,000 recipients, one in ten of them with a distinct shared
 inbox (1,000 and 10,000 shared inboxes; every recipient has one), times
-``django_outbox.recipients.collapse`` in this process and prints the best of
+``django_outbox.sending.recipients.collapse`` in this process and prints the best of
 ``R`` runs (5 by default) per case:
 
-* ``Recipient``: :class:`~django_outbox.recipients.Recipient` objects, shared
+* ``Recipient``: :class:`~django_outbox.sending.recipients.Recipient` objects, shared
   inboxes preferred (the default);
 * ``model``: instances of a plain class with ``inbox`` and ``shared_inbox``, as
   an application's actor model;
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from django_outbox.recipients import Recipient, collapse
+from django_outbox.sending.recipients import Recipient, collapse
 
 LOCAL = "local.example"
 

@@ -9,22 +9,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django_outbox import moved
+
+moved.install()
+
 __all__ = ["Batch", "PortableInbox", "Progress", "Recipient", "WebhookKeys", "outbox"]
 
 if TYPE_CHECKING:
-    from django_outbox.api import outbox
-    from django_outbox.batch import Batch
-    from django_outbox.portable import PortableInbox
-    from django_outbox.progress import Progress
-    from django_outbox.recipients import Recipient
+    from django_outbox.sending.batch import Batch
+    from django_outbox.sending.outbox import outbox
+    from django_outbox.sending.portable import PortableInbox
+    from django_outbox.sending.recipients import Recipient
     from django_outbox.signing.webhooks import WebhookKeys
+    from django_outbox.status.progress import Progress
 
 _EXPORTS = {
-    "outbox": "django_outbox.api",
-    "Batch": "django_outbox.batch",
-    "PortableInbox": "django_outbox.portable",
-    "Progress": "django_outbox.progress",
-    "Recipient": "django_outbox.recipients",
+    "outbox": "django_outbox.sending.outbox",
+    "Batch": "django_outbox.sending.batch",
+    "PortableInbox": "django_outbox.sending.portable",
+    "Progress": "django_outbox.status.progress",
+    "Recipient": "django_outbox.sending.recipients",
     "WebhookKeys": "django_outbox.signing.webhooks",
 }
 

@@ -8,7 +8,6 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from django_outbox import columns
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.payments.paying import payment_client, payment_seconds
@@ -16,6 +15,7 @@ from django_outbox.payments.settings import DEFAULTS, problems
 from django_outbox.signing.http import Scheme
 from django_outbox.transport.addresses import parse_networks
 from django_outbox.transport.loops import loop_factory
+from django_outbox.values import columns
 
 _POSITIVE = (
     "MAX_BODY_BYTES",

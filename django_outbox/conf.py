@@ -21,8 +21,8 @@ from django.utils.module_loading import import_string
 
 from django_outbox.breakers.policy import BreakerScope
 from django_outbox.exceptions import OutboxConfigurationError
-from django_outbox.keys import KeyResolver
 from django_outbox.payments.settings import PaymentSettings, read_payments
+from django_outbox.sending.keys import KeyResolver
 
 if TYPE_CHECKING:
     from django_outbox.signing.webhooks import WebhookSecretResolver
@@ -82,7 +82,7 @@ class Settings:
         if resolver is None:
             raise OutboxConfigurationError(
                 "OUTBOX_KEY_RESOLVER is not set: name the callable that returns a "
-                "django_outbox.keys.SenderKey for an actor."
+                "django_outbox.sending.keys.SenderKey for an actor."
             )
         return cast(KeyResolver, resolver)
 
@@ -239,7 +239,9 @@ class Settings:
     @property
     def PERMANENT_STATUS(self) -> Callable[[int], bool]:
         """Predicate: does this HTTP status mean trying again cannot help?"""
-        predicate = _callable("OUTBOX_PERMANENT_STATUS", "django_outbox.outcomes.permanent_status")
+        predicate = _callable(
+            "OUTBOX_PERMANENT_STATUS", "django_outbox.values.outcomes.permanent_status"
+        )
         assert predicate is not None
         return predicate
 
@@ -331,7 +333,9 @@ class Settings:
     @property
     def SKIP_UNAVAILABLE(self) -> Callable[[str, str], bool]:
         """Predicate ``(inbox, activity_type)``: skip this delivery to an unavailable host?"""
-        predicate = _callable("OUTBOX_SKIP_UNAVAILABLE", "django_outbox.hosts.skip_unless_follow")
+        predicate = _callable(
+            "OUTBOX_SKIP_UNAVAILABLE", "django_outbox.destinations.availability.skip_unless_follow"
+        )
         assert predicate is not None
         return predicate
 

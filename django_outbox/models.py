@@ -13,7 +13,7 @@ from django.db import connection, models
 from django.db.models import Q
 from django.utils import timezone
 
-from django_outbox import columns
+from django_outbox.values import columns
 
 
 class DeliveryState(models.TextChoices):
@@ -121,7 +121,7 @@ class PendingInboxes(models.Model):
     ``send`` stores the inboxes of a fan-out above ``OUTBOX_INLINE_FANOUT`` in
     slices (one URL a line, a few thousand a slice), so that no row grows with the
     size of the fan-out; a worker turns each slice into deliveries and deletes it in
-    one transaction (:func:`django_outbox.fanout.expand`).
+    one transaction (:func:`django_outbox.sending.fanout.expand`).
     """
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="pending")
@@ -236,7 +236,7 @@ class Host(models.Model):
 
 class HostPause(models.Model):
     """A host an operator paused: deliveries to it are held, not sent, until it is
-    resumed or ``until`` passes (see :mod:`django_outbox.pauses`)."""
+    resumed or ``until`` passes (see :mod:`django_outbox.destinations.pauses`)."""
 
     name = models.CharField(max_length=columns.HOST, unique=True)
     reason = models.CharField(max_length=500, blank=True, default="")
@@ -260,7 +260,7 @@ class Endpoint(models.Model):
     success in between is disabled, and deliveries to it are skipped until
     ``outbox.enable_endpoint`` (or the admin action) deletes its row.  Only the
     endpoint's own failures count: no answer, or a 5xx (see
-    :mod:`django_outbox.endpoint_health`).
+    :mod:`django_outbox.destinations.endpoint_health`).
     """
 
     url = models.CharField(max_length=columns.URL, unique=True)

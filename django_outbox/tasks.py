@@ -3,7 +3,7 @@
 ``deliver`` carries up to ``OUTBOX_CHUNK_SIZE`` delivery ids in its lane's
 queue; ``expand`` writes the rows of a large fan-out; ``sweep`` runs on beat
 (the package adds it to the schedule, every ``OUTBOX_SWEEP_INTERVAL``
-seconds).  :mod:`django_outbox.dispatch` publishes them by name.  Each pool
+seconds).  :mod:`django_outbox.broker.publish` publishes them by name.  Each pool
 process beats from the moment it starts (:mod:`django_outbox.worker.heartbeat`)
 until it stops.
 
@@ -32,13 +32,13 @@ from celery.signals import (
 )
 from django.db import close_old_connections
 
+from django_outbox.broker.publish import DELIVER, EXPAND, SWEEP
 from django_outbox.conf import conf
-from django_outbox.dispatch import DELIVER, EXPAND, SWEEP
-from django_outbox.fanout import expand as expand_message
 from django_outbox.models import Lane
 from django_outbox.payments.invoices import load_decoder
+from django_outbox.sending.fanout import expand as expand_message
 from django_outbox.store.outages import DATABASE_OUTAGES
-from django_outbox.sweeper import sweep as run_sweep
+from django_outbox.upkeep.sweeper import sweep as run_sweep
 from django_outbox.worker.claiming import run_deliveries
 from django_outbox.worker.lifecycle import start_worker_process, stop_worker_process, sweep_part
 from django_outbox.worker.process import ProcessUnfit

@@ -31,9 +31,9 @@ POINTS = {
     "ledger": "django_outbox.worker.recorder:record_payments",
     "recorder_save": "django_outbox.worker.recorder:save_outcomes",
     "jobs_for": "django_outbox.worker.process:WorkerProcess.jobs_for",
-    "recovery_broker": "django_outbox.recovery:canary_present",
+    "recovery_broker": "django_outbox.upkeep.recovery_pass:canary_present",
     **{
-        f"sweep:{step}": f"django_outbox.sweeper:{function}"
+        f"sweep:{step}": f"django_outbox.upkeep.sweeper:{function}"
         for step, function in {
             "expired": "fail_expired",
             "reclaimed": "reclaim_lapsed",

@@ -25,7 +25,7 @@ from django_outbox.breakers import BreakerState
 from django_outbox.breakers.policy import breaker_host
 from django_outbox.conf import conf
 from django_outbox.metrics.destinations import DestinationGauges, destination_gauges
-from django_outbox.metrics.store import configured_metrics_store
+from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.metrics.tally import (
     ATTEMPT_SECONDS,
     ATTEMPTS,

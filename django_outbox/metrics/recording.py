@@ -3,7 +3,7 @@
 The recorder thread calls :func:`record_batch` once a batch of outcomes is
 saved: the batch is added up in a :class:`~django_outbox.metrics.tally.Tally`
 (a few dictionary updates per delivery) and merged into the process's pending
-sums.  A daemon thread writes those to the :mod:`store <django_outbox.metrics.store>`
+sums.  A daemon thread writes those to the :mod:`store <django_outbox.metrics.shared_counters>`
 every :data:`FLUSH_EVERY` seconds, with the engine's thread usage, so that the
 sending threads and the recorder never wait for Redis.  Sums that could not be
 written are kept and written with the next ones.
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django_outbox.conf import conf
-from django_outbox.metrics.store import WINDOW, configured_metrics_store
+from django_outbox.metrics.shared_counters import WINDOW, configured_metrics_store
 from django_outbox.metrics.tally import (
     ATTEMPT_SECONDS,
     ATTEMPTS,
@@ -31,7 +31,7 @@ from django_outbox.metrics.tally import (
     Tally,
 )
 from django_outbox.models import FINAL_STATES
-from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.values.outcomes import AttemptResult, Outcome
 
 logger = logging.getLogger("django_outbox.metrics")
 

@@ -18,10 +18,10 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from django_outbox.admin_confirm import REQUEUE, action_fields, confirm_or_act
-from django_outbox.admin_filters import DeliveryFilter, HostFilter
-from django_outbox.admin_format import age_with_tooltip, msat, shown
-from django_outbox.admin_readonly import ReadOnlyAdmin
+from django_outbox.admin.confirm import REQUEUE, action_fields, confirm_or_act
+from django_outbox.admin.filters import DeliveryFilter, HostFilter
+from django_outbox.admin.formatting import age_with_tooltip, msat, shown
+from django_outbox.admin.readonly import ReadOnlyAdmin
 from django_outbox.conf import conf
 from django_outbox.models import Delivery
 from django_outbox.payments.lookups import day_of

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.claims import hold_for
 from django_outbox.payments.lookups import host_charges, pending_slots
 from django_outbox.payments.notices import PaymentSignals
 from django_outbox.payments.reports import PAYING_ELSEWHERE
 from django_outbox.payments.settings import PaymentSettings
 from django_outbox.store.queries import queued_per_host
+from django_outbox.values.outcomes import AttemptResult, Outcome
 
 
 @dataclass

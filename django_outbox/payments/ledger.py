@@ -40,7 +40,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.batches import Effects, LedgerBatch
 from django_outbox.payments.lookups import (
     bought_meanwhile,
@@ -63,6 +62,7 @@ from django_outbox.payments.reports import (
 from django_outbox.payments.served_again import conflict, reopenable, served_again, stored
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
 from django_outbox.store.parked import release_parked
+from django_outbox.values.outcomes import AttemptResult, Outcome
 
 
 def _at(seconds: float) -> datetime:

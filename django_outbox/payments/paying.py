@@ -50,7 +50,6 @@ from django.utils.module_loading import import_string
 
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
-from django_outbox.outcomes import AttemptResult
 from django_outbox.payments.challenge import SCHEMES, parse_challenge
 from django_outbox.payments.clients import Payment, PaymentClient, PaymentState
 from django_outbox.payments.errors import (
@@ -74,6 +73,7 @@ from django_outbox.payments.settings import PaymentSettings
 from django_outbox.payments.threads import payment_threads
 from django_outbox.transport import BlockedAddress, Response, TransportError
 from django_outbox.transport.target import parse_target
+from django_outbox.values.outcomes import AttemptResult
 
 #: Node calls one payment step may make: a lookup, the payment, and the lookup that a
 #: payment the node refuses ("already paid", "in transition") asks for.

@@ -3,7 +3,7 @@
 Sending threads touch no database, so payments travel as values: a claim loads the
 delivery's open attempt and the host's kept token (:class:`OpenAttempt`,
 :class:`KeptToken`), the thread pays and sends, and its
-:class:`~django_outbox.outcomes.Outcome` carries a :class:`PaymentReport` that
+:class:`~django_outbox.values.outcomes.Outcome` carries a :class:`PaymentReport` that
 :mod:`django_outbox.payments.ledger` writes.  Secrets (macaroon, preimage) stay out of
 every ``repr``; they only cross threads, never processes or the broker.
 """

@@ -16,12 +16,12 @@ from dataclasses import replace
 
 from django.utils import timezone
 
-from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.batches import LedgerBatch
 from django_outbox.payments.errors import Reason
 from django_outbox.payments.lookups import bought_meanwhile
 from django_outbox.payments.models import PaymentAttempt, PaymentState
 from django_outbox.payments.reports import BOUGHT_MEANWHILE, STORED_MEANWHILE, Challenge
+from django_outbox.values.outcomes import AttemptResult, Outcome
 
 
 def stored(challenge: Challenge) -> PaymentAttempt | None:

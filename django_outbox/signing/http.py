@@ -2,7 +2,7 @@
 
 Every attempt is signed afresh (receivers reject old ``Date`` and ``created``
 values), so this runs thousands of times a second and is kept cheap: the key is
-parsed once per process (:func:`django_outbox.keys.load_private_key`), the body
+parsed once per process (:func:`django_outbox.sending.keys.load_private_key`), the body
 digest is computed once per message by the caller, and the rest is string
 building around one private-key operation.
 
@@ -35,7 +35,7 @@ from http_message_signatures import HTTPMessageSigner, MappingKeyResolver
 from http_message_signatures.algorithms import ED25519, RSA_V1_5_SHA256
 
 from django_outbox.exceptions import InvalidInbox, OutboxError
-from django_outbox.keys import (
+from django_outbox.sending.keys import (
     PARSED_KEY_CACHE_SIZE,
     PrivateKey,
     SenderKey,
@@ -118,7 +118,7 @@ def sign_headers(
     defaults to the current time and exists for tests.
 
     Raises :class:`SigningError` for unusable input and
-    :class:`~django_outbox.keys.InvalidSigningKey` if the key cannot be loaded.
+    :class:`~django_outbox.sending.keys.InvalidSigningKey` if the key cannot be loaded.
     """
     del body  # Part of the contract so callers pass the exact bytes; only its digest is signed.
     try:

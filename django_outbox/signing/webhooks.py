@@ -31,7 +31,7 @@ from typing import Literal, Protocol, TypeAlias
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from django_outbox.exceptions import InvalidSend
-from django_outbox.safe_text import shown
+from django_outbox.values.safe_text import shown
 
 __all__ = [
     "MAX_SYMMETRIC_BYTES",

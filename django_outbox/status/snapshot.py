@@ -20,9 +20,8 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerState, BreakerStoreUnavailable
 from django_outbox.breakers.configured import configured_store
-from django_outbox.metrics.store import configured_metrics_store
+from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Lane
-from django_outbox.outcomes import AttemptResult
 from django_outbox.status.fresh import Fresh
 from django_outbox.status.processes import ProcessStatus, process_statuses
 from django_outbox.status.timings import (
@@ -32,6 +31,7 @@ from django_outbox.status.timings import (
     quantiles,
     slowest_hosts,
 )
+from django_outbox.values.outcomes import AttemptResult
 
 #: Seconds of finished deliveries that throughput and send-to-settle look at.
 RECENT = 300

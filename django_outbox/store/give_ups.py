@@ -19,8 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, locked
-from django_outbox.safe_text import one_line
 from django_outbox.store.queries import STEP
+from django_outbox.values.safe_text import one_line
 
 
 def give_up(ids: Iterable[int], reason: str, *, deadline: bool = False) -> list[Delivery]:

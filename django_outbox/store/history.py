@@ -19,8 +19,8 @@ from django.db import connection
 from django.utils import timezone
 
 from django_outbox.models import Attempt
-from django_outbox.outcomes import AttemptResult, Outcome
-from django_outbox.safe_text import one_line
+from django_outbox.values.outcomes import AttemptResult, Outcome
+from django_outbox.values.safe_text import one_line
 
 #: Rows per INSERT: twelve parameters each, and SQLite may allow no more than 999.
 _ROWS = 80

@@ -33,10 +33,10 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from django_outbox.backoff import decide
 from django_outbox.conf import conf
-from django_outbox.endpoint_health import EndpointOutcomes
-from django_outbox.hosts import Failure, record_failures, record_successes
+from django_outbox.destinations.availability import Failure, record_failures, record_successes
+from django_outbox.destinations.backoff import decide
+from django_outbox.destinations.endpoint_health import EndpointOutcomes
 from django_outbox.models import (
     FINAL_STATES,
     LIVE_STATES,
@@ -45,8 +45,7 @@ from django_outbox.models import (
     Lane,
     Message,
 )
-from django_outbox.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
-from django_outbox.safe_text import one_line
+from django_outbox.sending.validation import inbox_host
 from django_outbox.store.bulk_insert import bulk_insert
 from django_outbox.store.claimed import (
     CLAIMED_COLUMNS,
@@ -65,7 +64,8 @@ from django_outbox.store.queries import (
     next_waiting,
     stranded_pairs,
 )
-from django_outbox.validation import inbox_host
+from django_outbox.values.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
+from django_outbox.values.safe_text import one_line
 
 _UNCLAIMED: dict[str, Any] = {"claimed_by": "", "lease_until": None}
 _SETTLED = {
@@ -77,7 +77,7 @@ _SETTLED = {
 
 def stored_error(text: str) -> str:
     """An error as ``last_error`` stores it and signals pass it: one printable line,
-    at most :data:`~django_outbox.safe_text.ERROR_LIMIT` characters.
+    at most :data:`~django_outbox.values.safe_text.ERROR_LIMIT` characters.
 
     Errors carry text servers chose (a status line, a TLS alert); CR, LF and other
     control characters are escaped here, where every error is stored.

@@ -1,7 +1,7 @@
 """Recording what an application sends, with nothing handed to Celery.
 
 :func:`captured_sends` puts a recording publisher in place of the broker
-(:func:`django_outbox.dispatch.use_publisher`) and notes each message row that
+(:func:`django_outbox.broker.publish.use_publisher`) and notes each message row that
 ``outbox.send`` writes.  A send is recorded when its transaction commits, as
 production hands work to Celery only then: a send rolled back is never
 recorded, and inside a ``TestCase`` (whose transaction never commits) a send
@@ -22,12 +22,12 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.db.models import QuerySet
 from django.db.models.signals import post_save
 
-from django_outbox.backlog import Backlog
-from django_outbox.batch import Batch
 from django_outbox.breakers import MemoryBreakerStore
-from django_outbox.dispatch import SendTask, use_publisher
+from django_outbox.broker.backlog import Backlog
+from django_outbox.broker.publish import SendTask, use_publisher
 from django_outbox.exceptions import OutboxError
 from django_outbox.models import Delivery, Lane, Message, PendingInboxes
+from django_outbox.sending.batch import Batch
 from django_outbox.testing.delivery import deliver_messages
 from django_outbox.testing.inbox import FakeInbox, FakeTransport, Handler
 
@@ -106,7 +106,7 @@ class CapturedSend:
 
 
 class _TaskList:
-    """A :class:`~django_outbox.dispatch.Publisher` that appends to a list."""
+    """A :class:`~django_outbox.broker.publish.Publisher` that appends to a list."""
 
     def __init__(self, tasks: list[PublishedTask]) -> None:
         self.tasks = tasks

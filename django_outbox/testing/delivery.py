@@ -21,16 +21,16 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerPolicy, BreakerStore
 from django_outbox.breakers.configured import configured_policy
+from django_outbox.broker.publish import publish
 from django_outbox.conf import conf
-from django_outbox.dispatch import publish
 from django_outbox.exceptions import OutboxError
-from django_outbox.fanout import expand
 from django_outbox.models import Delivery, DeliveryState, PendingInboxes
-from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.sending.fanout import expand
 from django_outbox.store.claimed import ClaimedRow, load_messages, new_token
 from django_outbox.store.transitions import claim, release
 from django_outbox.testing.inbox import FakeTransport
 from django_outbox.transport import Transport
+from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.worker.attempt import Job, perform
 from django_outbox.worker.preparing import DirectAnswers, prepare_jobs
 from django_outbox.worker.recorder import apply_outcomes, publish_effects

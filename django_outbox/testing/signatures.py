@@ -28,7 +28,7 @@ from http_message_signatures import HTTPMessageVerifier, MappingKeyResolver
 from http_message_signatures import InvalidSignature as InvalidMessageSignature
 from http_message_signatures.algorithms import ED25519, RSA_V1_5_SHA256
 
-from django_outbox.keys import SenderKey, load_private_key
+from django_outbox.sending.keys import SenderKey, load_private_key
 from django_outbox.signing import RFC9421_COVERED
 from django_outbox.signing.webhooks import WebhookSecret
 from django_outbox.testing.inbox import InboxRequest

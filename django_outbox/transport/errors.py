@@ -11,7 +11,7 @@ import os
 import ssl
 
 from django_outbox.exceptions import OutboxError
-from django_outbox.safe_text import one_line
+from django_outbox.values.safe_text import one_line
 
 _MESSAGE_LIMIT = 200
 

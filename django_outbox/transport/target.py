@@ -41,7 +41,7 @@ from functools import lru_cache
 import idna
 
 from django_outbox.exceptions import InvalidInbox
-from django_outbox.safe_text import shown as _shown
+from django_outbox.values.safe_text import shown as _shown
 
 #: The default longest URL accepted: the size of the column that stores it.
 DEFAULT_MAX_LENGTH = 2048

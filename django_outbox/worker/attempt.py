@@ -1,7 +1,7 @@
 """One attempt at one delivery, as a coroutine on the engine's event loop.
 
 It asks the circuit breaker, signs, POSTs, and turns what happened into an
-:class:`~django_outbox.outcomes.Outcome`.  An ActivityPub delivery is signed in
+:class:`~django_outbox.values.outcomes.Outcome`.  An ActivityPub delivery is signed in
 the scheme its origin is known to accept, and knocks again with the other
 scheme on a 400 or 401; a webhook is signed with every secret of its endpoint
 (Standard Webhooks), afresh for each attempt, with its message's unchanging
@@ -25,15 +25,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from django_outbox.backoff import throttle_for
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, Report, breaker_key
 from django_outbox.breakers.policy import hold_error
 from django_outbox.conf import conf
+from django_outbox.destinations.backoff import throttle_for
 from django_outbox.exceptions import InvalidInbox
-from django_outbox.keys import SenderKey
-from django_outbox.outcomes import AttemptResult, Outcome, server_failed
 from django_outbox.payments.paying import PaymentJob, exchange
 from django_outbox.payments.reports import PaymentReport
+from django_outbox.sending.keys import SenderKey
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
 from django_outbox.signing.schemes import remember_here, remembered, remembered_here, share
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME, WebhookKeys, sign_webhook
@@ -49,6 +48,7 @@ from django_outbox.transport import (
     retry_after_seconds,
 )
 from django_outbox.transport.target import parse_target
+from django_outbox.values.outcomes import AttemptResult, Outcome, server_failed
 from django_outbox.worker import breaker_turns
 
 

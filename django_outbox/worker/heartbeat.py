@@ -14,7 +14,7 @@ long as it beats, and when it dies the next oldest takes over within those inter
 sooner than the heartbeat timeout after which its claims are taken back.  Two
 processes may both believe they lead for a moment while rows change; every
 recovery step tolerates that.  The leader's passes
-(:func:`~django_outbox.recovery.recover`) run on a second thread, so that a slow
+(:func:`~django_outbox.upkeep.recovery_pass.recover`) run on a second thread, so that a slow
 pass (a broker that does not answer) never delays its beats: a late beat would
 make a live process look dead.  A pass stuck for ``OUTBOX_STALL_TIMEOUT`` seconds
 hands the leadership on: the process beats on, saying it may not lead, until the
@@ -41,9 +41,9 @@ from collections.abc import Callable
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_outbox.conf import conf
-from django_outbox.recovery import recover
 from django_outbox.store.claimed import owner_name
 from django_outbox.store.heartbeats import beat, live_names, stop_beating
+from django_outbox.upkeep.recovery_pass import recover
 from django_outbox.worker.supervisor import Part, Supervisor, this_supervisor
 
 logger = logging.getLogger("django_outbox.heartbeat")

@@ -30,13 +30,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 
 from django_outbox.breakers.configured import configured_policy, configured_store
+from django_outbox.broker.publish import publish
 from django_outbox.conf import conf
-from django_outbox.dispatch import publish
 from django_outbox.exceptions import OutboxError
-from django_outbox.keys import SenderKey
 from django_outbox.metrics.recording import stop_recording, watch_engine
 from django_outbox.models import Lane, Signing
-from django_outbox.outcomes import AttemptResult, Outcome, internal_error
+from django_outbox.sending.keys import SenderKey
 from django_outbox.signing.schemes import recall
 from django_outbox.signing.webhooks import WebhookKeys
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages
@@ -44,6 +43,7 @@ from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import release, release_claim
 from django_outbox.transport import Transport
 from django_outbox.transport.loops import loop_factory
+from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.worker.attempt import Job, first_origins, perform
 from django_outbox.worker.callbacks import Remembered, call_each
 from django_outbox.worker.engine import Engine

@@ -1,7 +1,7 @@
 """Saving what came of attempts: the recorder thread of a worker process.
 
 The sending threads never touch the database.  They hand each
-:class:`~django_outbox.outcomes.Outcome` to the process's :class:`Recorder`,
+:class:`~django_outbox.values.outcomes.Outcome` to the process's :class:`Recorder`,
 whose one thread gathers them for up to :attr:`Recorder.WINDOW` and saves them
 in batches, on one connection, through :mod:`django_outbox.store.transitions`
 (each update conditional on the claim the attempt was made under).  Signals
@@ -24,15 +24,14 @@ from typing import NamedTuple, TypeVar
 from django.db import connections
 from django.utils import timezone
 
-from django_outbox.backoff import held_until
+from django_outbox.broker.publish import publish
 from django_outbox.conf import conf
-from django_outbox.dispatch import publish
+from django_outbox.destinations.backoff import held_until
 from django_outbox.metrics.recording import record_batch
 from django_outbox.models import Lane, Signing
-from django_outbox.notify import AttemptSignals
-from django_outbox.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.payments.ledger import record_payments
 from django_outbox.payments.reports import PARKED_HOLDS
+from django_outbox.signals.sending import AttemptSignals
 from django_outbox.signing.schemes import share_learnt
 from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.holds import release_held
@@ -45,6 +44,7 @@ from django_outbox.store.transitions import (
     release_claim,
     save_outcomes,
 )
+from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.worker.callbacks import call_each
 from django_outbox.worker.supervisor import Part
 

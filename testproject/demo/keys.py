@@ -12,7 +12,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from django_outbox.keys import SenderKey, generate_ed25519_pem, generate_rsa_pem
+from django_outbox.sending.keys import SenderKey, generate_ed25519_pem, generate_rsa_pem
 
 ACTOR = "https://demo.example/users/alice"
 ED_ACTOR = "https://demo.example/users/edna"

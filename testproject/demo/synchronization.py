@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from django_outbox.synchronization import followers_digest, synchronization_header
+from django_outbox.sending.synchronization import followers_digest, synchronization_header
 
 
 def followers_on(inbox: str) -> list[str]:

@@ -10,8 +10,8 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Producer, Queue
 
-from django_outbox.backlog import Backlog, header, read_sent, redis_backlogs
-from django_outbox.dispatch import lane_backlogs, publish
+from django_outbox.broker.backlog import Backlog, header, read_sent, redis_backlogs
+from django_outbox.broker.publish import lane_backlogs, publish
 from tests.support.workers import rabbitmq
 
 pytestmark = pytest.mark.django_db(transaction=True)

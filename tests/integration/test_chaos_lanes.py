@@ -7,7 +7,7 @@ dead processes' claims does not find it: the messages a dead node had reserved
 (kombu's Redis transport holds them unacknowledged for its hour of visibility
 timeout; RabbitMQ gives them back at once) and rows whose message was never
 published.  The recovery pass finds them by the oldest message waiting in the
-lane (django_outbox/lost.py) while the lane is still busy; before, they waited
+lane (django_outbox/broker/lost.py) while the lane is still busy; before, they waited
 for the lane to be empty, or for ``OUTBOX_REDISPATCH_AFTER`` (900 s).
 """
 

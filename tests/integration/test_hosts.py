@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.hosts import forget_cached
+from django_outbox.destinations.availability import forget_cached
 from django_outbox.models import Delivery, Host
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer

@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from django_outbox import outbox
 from django_outbox.exceptions import InvalidInbox
-from django_outbox.fanout import expand
 from django_outbox.models import Delivery, Message
+from django_outbox.sending.fanout import expand
 from django_outbox.store.bulk_insert import bulk_insert
 from testproject.demo.keys import ACTOR
 

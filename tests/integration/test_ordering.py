@@ -187,8 +187,8 @@ def test_sends_with_one_key_in_open_transactions_take_turns(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Nothing is published: a worker writing these rows would race the table flush.
-    monkeypatch.setattr("django_outbox.dispatch.publish", lambda *args, **kwargs: True)
-    monkeypatch.setattr("django_outbox.fanout.publish", lambda *args, **kwargs: True)
+    monkeypatch.setattr("django_outbox.broker.publish.publish", lambda *args, **kwargs: True)
+    monkeypatch.setattr("django_outbox.sending.fanout.publish", lambda *args, **kwargs: True)
     inbox = "https://one.example/inbox"
     first_open = threading.Event()
     release_first = threading.Event()

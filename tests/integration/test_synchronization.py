@@ -10,7 +10,7 @@ from django.conf import settings
 
 from django_outbox import Batch, outbox
 from django_outbox.models import Delivery
-from django_outbox.synchronization import followers_digest
+from django_outbox.sending.synchronization import followers_digest
 from testproject.demo.keys import ACTOR
 from testproject.demo.synchronization import followers_on
 from testproject.inbox_servers import InboxServer

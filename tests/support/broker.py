@@ -1,4 +1,4 @@
-"""Stand-ins for the broker that :mod:`django_outbox.dispatch` publishes to.
+"""Stand-ins for the broker that :mod:`django_outbox.broker.publish` publishes to.
 
 Unit tests run with no broker: :class:`RecordingApp` takes the place of
 ``dispatch.current_app`` and keeps what would have been published, so a test
@@ -15,8 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django_outbox.backlog import Backlog, read_sent
-from django_outbox.dispatch import DELIVER, EXPAND, SendTask, message_header
+from django_outbox.broker.backlog import Backlog, read_sent
+from django_outbox.broker.publish import DELIVER, EXPAND, SendTask, message_header
 
 
 @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class RecordingApp:
 
 
 class MemoryBroker:
-    """A :class:`~django_outbox.dispatch.Publisher` whose queues are lists in memory,
+    """A :class:`~django_outbox.broker.publish.Publisher` whose queues are lists in memory,
     oldest first, which a test can flush (everything gone, as after Redis's
     ``FLUSHALL``), purge, or take messages from as consumers do."""
 

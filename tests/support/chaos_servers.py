@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connection
 
-from django_outbox.dispatch import DELIVER
+from django_outbox.broker.publish import DELIVER
 from tests.support.network import free_port
 
 

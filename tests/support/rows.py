@@ -14,8 +14,8 @@ from typing import Any
 
 from django.utils import timezone
 
-from django_outbox.fanout import store_pending
 from django_outbox.models import Delivery, DeliveryState, Lane, Message
+from django_outbox.sending.fanout import store_pending
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from testproject.demo.keys import ACTOR
 

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from httpsig.verify import HeaderVerifier
 
-from django_outbox.keys import public_pem
+from django_outbox.sending.keys import public_pem
 
 
 def _headers(request: Any) -> dict[str, str]:

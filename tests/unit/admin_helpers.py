@@ -27,7 +27,7 @@ def shared_store(monkeypatch: pytest.MonkeyPatch, settings: Any) -> MemoryBreake
     settings.OUTBOX_METRICS_CACHE = None
     store = MemoryBreakerStore()
     for module in (
-        "django_outbox.admin_hosts",
+        "django_outbox.admin.hosts",
         "django_outbox.status.snapshot",
         "django_outbox.status.hosts",
     ):

@@ -13,9 +13,10 @@ from django.core.cache import caches
 from django.core.cache.backends.locmem import LocMemCache
 from django.db import connections
 
-from django_outbox import keys, recovery
-from django_outbox.lost import LaneWatch
+from django_outbox.broker.lost import LaneWatch
+from django_outbox.sending import keys
 from django_outbox.store.transitions import OutcomePlan
+from django_outbox.upkeep import recovery_pass
 from django_outbox.worker import recorder
 from django_outbox.worker.process import stop_this_process
 from tests.support.broker import RecordingApp
@@ -25,7 +26,7 @@ from tests.support.broker import RecordingApp
 def broker(monkeypatch: pytest.MonkeyPatch) -> RecordingApp:
     """What the package publishes during the test, recorded instead of sent."""
     app = RecordingApp()
-    monkeypatch.setattr("django_outbox.dispatch.current_app", app)
+    monkeypatch.setattr("django_outbox.broker.publish.current_app", app)
     return app
 
 
@@ -52,7 +53,7 @@ def lane_clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
     """The clock of the recovery pass's watch on the lanes, whose memory is fresh in
     each test: what one test's passes saw is not another's."""
     clock = FakeClock()
-    monkeypatch.setattr(recovery, "_lanes", LaneWatch(clock))
+    monkeypatch.setattr(recovery_pass, "_lanes", LaneWatch(clock))
     return clock
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from django_outbox.keys import SenderKey, generate_ed25519_pem
+from django_outbox.sending.keys import SenderKey, generate_ed25519_pem
 
 KEY_ID = "https://demo.example/users/alice#main-key"
 

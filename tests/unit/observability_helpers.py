@@ -16,12 +16,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from django_outbox.breakers import MemoryBreakerStore
 from django_outbox.metrics import recording
 from django_outbox.metrics.collectors import OutboxCollector
-from django_outbox.metrics.store import configured_metrics_store
+from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Delivery, DeliveryState, Message
-from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.status.timeline import forget_ended_hours
 from django_outbox.store.claimed import ClaimedRow, load_messages
 from django_outbox.store.transitions import claim
+from django_outbox.values.outcomes import AttemptResult, Outcome
 from testproject.demo.keys import ACTOR
 
 #: No Redis anywhere: breakers, metrics and caches in this process's memory.

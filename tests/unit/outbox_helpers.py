@@ -9,7 +9,7 @@ from typing import Any
 from celery import Celery, current_app
 from django.dispatch import Signal
 
-from django_outbox import dispatch
+from django_outbox.broker import publish
 from testproject.demo.keys import ACTOR
 
 ACTIVITY: dict[str, Any] = {
@@ -56,12 +56,12 @@ def unreachable_broker() -> Iterator[Celery]:
     app.conf.task_publish_retry = False
     app.conf.broker_transport_options = {"max_retries": 0}
     previous = current_app._get_current_object()
-    recording = dispatch.current_app
+    recording = publish.current_app
     app.set_current()
-    dispatch.current_app = app
+    publish.current_app = app
     try:
         yield app
     finally:
-        dispatch.current_app = recording
+        publish.current_app = recording
         previous.set_current()
         app.close()

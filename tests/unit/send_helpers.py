@@ -7,8 +7,8 @@ import contextlib
 import functools
 import hashlib
 
-from django_outbox.keys import SenderKey, generate_ed25519_pem
 from django_outbox.models import Delivery, Message
+from django_outbox.sending.keys import SenderKey, generate_ed25519_pem
 from django_outbox.signing import Scheme, sign_headers
 from django_outbox.transport import ResolveError, Transport
 

@@ -6,7 +6,7 @@ import base64
 import hashlib
 from typing import Any
 
-from django_outbox.keys import SenderKey
+from django_outbox.sending.keys import SenderKey
 from django_outbox.signing import Scheme
 from django_outbox.signing import http as signing
 

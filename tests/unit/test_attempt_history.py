@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox.models import Attempt, Delivery
-from django_outbox.operations import requeue
-from django_outbox.outcomes import AttemptResult
 from django_outbox.store.transitions import prune
+from django_outbox.upkeep.operations import requeue
+from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes
 from tests.unit.observability_helpers import claimed, memory_only, outcome, reclaim
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 import pytest
 from django.test import override_settings
 
-from django_outbox.backlog import HEADER, Sent, header, list_names, oldest_sent, read_sent
-from django_outbox.dispatch import DELIVER, EXPAND, publish, start_expansion
+from django_outbox.broker.backlog import HEADER, Sent, header, list_names, oldest_sent, read_sent
+from django_outbox.broker.publish import DELIVER, EXPAND, publish, start_expansion
 from django_outbox.models import Lane
 from tests.support.broker import RecordingApp
 

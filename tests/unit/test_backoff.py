@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.test import override_settings
 
-from django_outbox.backoff import (
+from django_outbox.destinations.backoff import (
     HOLD_JITTER,
     THROTTLE_WAIT,
     held_until,
@@ -14,7 +14,7 @@ from django_outbox.backoff import (
     schedule_delay,
     throttle_for,
 )
-from django_outbox.outcomes import permanent_status, server_failed
+from django_outbox.values.outcomes import permanent_status, server_failed
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -106,9 +106,9 @@ def test_permanent_statuses() -> None:
 
 
 def test_an_internal_error_comes_back_soon_and_still_spends_its_attempts() -> None:
-    from django_outbox.backoff import INTERNAL_RETRY_BASE, decide
-    from django_outbox.outcomes import AttemptResult, Outcome, internal_error
+    from django_outbox.destinations.backoff import INTERNAL_RETRY_BASE, decide
     from django_outbox.store.claimed import ClaimedRow, MessageData
+    from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
 
     def failed(attempts: int, max_attempts: int = 16) -> Outcome:
         row = ClaimedRow(

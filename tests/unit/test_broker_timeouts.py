@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from django_outbox import dispatch
+from django_outbox.broker import publish
 
 
 class App:
@@ -46,7 +46,7 @@ def test_socket_calls_are_bounded_on_each_broker(
 ) -> None:
     app = App(url)
     app.conf = Conf(app.conf)
-    monkeypatch.setattr(dispatch, "current_app", app)
-    with dispatch._fresh_connection():
+    monkeypatch.setattr(publish, "current_app", app)
+    with publish._fresh_connection():
         pass
     assert app.asked == {"connect_timeout": 5.0, "transport_options": options}

@@ -9,9 +9,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_outbox import bulk
 from django_outbox.exceptions import InvalidSince, OutboxError
 from django_outbox.models import Delivery, DeliveryState
+from django_outbox.upkeep import bulk
 from tests.unit.observability_helpers import deliveries
 
 pytestmark = pytest.mark.django_db

@@ -48,7 +48,9 @@ def deliver(
 
         def sending(day: date, handler: Handler, endpoints: tuple[str, ...] = (HOOK,)) -> list[Any]:
             moment = datetime(day.year, day.month, day.day, 12, tzinfo=UTC)
-            with mock.patch("django_outbox.failure_days.timezone.now", return_value=moment):
+            with mock.patch(
+                "django_outbox.destinations.failure_days.timezone.now", return_value=moment
+            ):
                 with django_capture_on_commit_callbacks(execute=True):
                     outbox.send_webhook(SHOP, PAYLOAD, list(endpoints), batch=Batch(max_attempts=1))
                 with django_capture_on_commit_callbacks(execute=True):

@@ -13,12 +13,15 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from django_outbox import dispatch, fanout, outbox, sweeper
+from django_outbox import outbox
+from django_outbox.broker import publish
 from django_outbox.conf import conf
 from django_outbox.exceptions import TooManyInboxes
-from django_outbox.fanout import FIRST_SLICE, SLICE, SLICE_CHARS, expand
 from django_outbox.models import Delivery, Message, PendingInboxes
+from django_outbox.sending import fanout
+from django_outbox.sending.fanout import FIRST_SLICE, SLICE, SLICE_CHARS, expand
 from django_outbox.store import transitions
+from django_outbox.upkeep import sweeper
 from testproject.demo.keys import ACTOR
 from tests.unit.send_helpers import ACTIVITY, rows_written
 
@@ -127,7 +130,7 @@ def test_the_sweeper_restarts_lost_expansions_and_keeps_their_messages(
     Message.objects.update(created_at=old)
     Delivery.objects.update(state="delivered", finished_at=old)
     started: list[tuple[int, str]] = []
-    monkeypatch.setattr(dispatch, "start_expansion", lambda pk, lane: started.append((pk, lane)))
+    monkeypatch.setattr(publish, "start_expansion", lambda pk, lane: started.append((pk, lane)))
     assert sweeper.expand_lost() == 1
     assert started == [(pending.pk, pending.lane)]
     transitions.prune()

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from django_outbox.breakers.policy import hold_error
 from django_outbox.models import Delivery, DeliveryState
-from django_outbox.outcomes import AttemptResult
 from django_outbox.store.holds import RELEASE_SPREAD, release_held
+from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes, publish_effects
 from tests.unit.test_recorder import claimed, outcome
 

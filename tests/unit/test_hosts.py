@@ -12,7 +12,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.hosts import (
+from django_outbox.destinations.availability import (
     forget_cached,
     forget_hosts,
     record_failures,
@@ -20,14 +20,14 @@ from django_outbox.hosts import (
     unavailable_hosts,
 )
 from django_outbox.models import Host
-from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.signals import host_available, host_unavailable
 from django_outbox.store.claimed import ClaimedRow
+from django_outbox.values.outcomes import AttemptResult, Outcome
 
 
 def fail_on(day: date, hosts: list[str]) -> None:
     moment = timezone.now().replace(year=day.year, month=day.month, day=day.day)
-    with mock.patch("django_outbox.failure_days.timezone.now", return_value=moment):
+    with mock.patch("django_outbox.destinations.failure_days.timezone.now", return_value=moment):
         record_failures(dict.fromkeys(hosts, (503, "HTTP 503")))
 
 

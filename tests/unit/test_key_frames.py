@@ -16,10 +16,11 @@ from types import FrameType
 import pytest
 from django.test import override_settings
 
-from django_outbox import keys, outbox
+from django_outbox import outbox
 from django_outbox.breakers import MemoryBreakerStore
 from django_outbox.exceptions import InvalidSenderKey
-from django_outbox.keys import InvalidSigningKey, SenderKey
+from django_outbox.sending import keys
+from django_outbox.sending.keys import InvalidSigningKey, SenderKey
 from django_outbox.signing import Scheme, sign_headers
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.worker.attempt import Job, perform

@@ -8,9 +8,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import dsa, ec, ed25519, rsa
 
-from django_outbox import keys
 from django_outbox.exceptions import OutboxError
-from django_outbox.keys import InvalidSigningKey, SenderKey, load_private_key, public_pem
+from django_outbox.sending import keys
+from django_outbox.sending.keys import InvalidSigningKey, SenderKey, load_private_key, public_pem
 from django_outbox.signing import Scheme
 from tests.unit.signing_samples import KEY_ID, sign
 

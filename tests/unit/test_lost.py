@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from django_outbox.backlog import Backlog, Sent
-from django_outbox.lost import PUBLISH_SLACK, Frontier, LaneWatch, frontiers_of, take_lost
+from django_outbox.broker.backlog import Backlog, Sent
+from django_outbox.broker.lost import PUBLISH_SLACK, Frontier, LaneWatch, frontiers_of, take_lost
 from django_outbox.models import Delivery, DeliveryState, Lane
 from tests.support.broker import RecordingApp
 from tests.support.rows import ago, delivery, message

@@ -13,11 +13,15 @@ from django.utils import timezone
 from django_outbox.metrics import recording, registry
 from django_outbox.metrics.collectors import counter_families
 from django_outbox.metrics.recording import result_class, tally_batch
-from django_outbox.metrics.store import WINDOW, MemoryMetricsStore, configured_metrics_store
+from django_outbox.metrics.shared_counters import (
+    WINDOW,
+    MemoryMetricsStore,
+    configured_metrics_store,
+)
 from django_outbox.metrics.tally import ATTEMPTS, Tally, decode, encode
 from django_outbox.models import DeliveryState
-from django_outbox.outcomes import AttemptResult
 from django_outbox.status.snapshot import engine_usage
+from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes
 from tests.unit.observability_helpers import claimed, exposition, memory_only, outcome
 

@@ -14,7 +14,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_outbox.breakers import BreakerPolicy
-from django_outbox.metrics.store import configured_metrics_store
+from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host
 from tests.unit.observability_helpers import deliveries, memory_only, message, shared_breakers
 

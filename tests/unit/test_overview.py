@@ -16,8 +16,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from django_outbox.admin.charts import bar_chart, nice_ceiling
 from django_outbox.breakers import BreakerPolicy
-from django_outbox.charts import bar_chart, nice_ceiling
 from django_outbox.models import Attempt, DeliveryState, Heartbeat, Host
 from django_outbox.status.timeline import batches_in_progress, forget_ended_hours, timeline
 from tests.unit.observability_helpers import deliveries, memory_only, shared_breakers

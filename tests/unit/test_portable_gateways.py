@@ -14,7 +14,7 @@ import pytest
 from django_outbox import PortableInbox, outbox
 from django_outbox.exceptions import InvalidInbox
 from django_outbox.models import Delivery
-from django_outbox.portable import MAX_GATEWAYS
+from django_outbox.sending.portable import MAX_GATEWAYS
 from testproject.demo.keys import ACTOR
 from tests.unit.send_helpers import ACTIVITY, contacted_host, rows_written
 

@@ -11,8 +11,8 @@ from django.test import override_settings
 
 from django_outbox import Batch, Progress, Recipient, outbox
 from django_outbox.exceptions import UnknownMessage
-from django_outbox.fanout import expand, write_deliveries
 from django_outbox.models import Delivery, Message, PendingInboxes
+from django_outbox.sending.fanout import expand, write_deliveries
 from django_outbox.testing import FakeInbox, captured_sends
 from django_outbox.testing.inbox import Answer, InboxRequest
 from testproject.demo.keys import ACTOR
@@ -63,8 +63,8 @@ def test_progress_after_delivery_through_the_worker(
 def test_a_fan_out_counts_in_full_before_and_during_its_expansion(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("django_outbox.fanout.FIRST_SLICE", 3)
-    monkeypatch.setattr("django_outbox.fanout.SLICE", 4)
+    monkeypatch.setattr("django_outbox.sending.fanout.FIRST_SLICE", 3)
+    monkeypatch.setattr("django_outbox.sending.fanout.SLICE", 4)
     urls = inboxes(10, "fanout")
     with override_settings(OUTBOX_INLINE_FANOUT=5):
         message = outbox.send(ACTOR, ACTIVITY, urls)

@@ -11,7 +11,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from django_outbox.exceptions import InvalidInbox, InvalidSend
-from django_outbox.recipients import InvalidRecipient, Recipient, collapse
+from django_outbox.sending.recipients import InvalidRecipient, Recipient, collapse
 
 
 @dataclass

@@ -16,9 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Host, Message
-from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled
 from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.worker.recorder import Recorder, apply_outcomes
 from testproject.demo.keys import ACTOR
 from tests.support.rows import claimed_row, message_data
@@ -222,7 +222,7 @@ def test_retries_keep_each_their_own_time_in_one_update() -> None:
     rows = claimed(3)
     outcomes = [outcome(r, AttemptResult.RETRY, "t1", status=503, error="HTTP 503") for r in rows]
     with (
-        mock.patch("django_outbox.backoff.jittered", side_effect=[30.0, 40.0, 50.0]),
+        mock.patch("django_outbox.destinations.backoff.jittered", side_effect=[30.0, 40.0, 50.0]),
         CaptureQueriesContext(connection) as queries,
     ):
         before = timezone.now()
@@ -331,7 +331,7 @@ def test_receivers_get_every_documented_argument() -> None:
 @pytest.mark.django_db
 def test_without_receivers_no_row_is_loaded_for_signals() -> None:
     rows = claimed(3)
-    with mock.patch("django_outbox.notify.full_rows") as full_rows:
+    with mock.patch("django_outbox.signals.sending.full_rows") as full_rows:
         apply_outcomes([delivered(r) for r in rows])
     full_rows.assert_not_called()
     assert set(Delivery.objects.values_list("state", flat=True)) == {"delivered"}
@@ -342,7 +342,9 @@ def test_a_failed_receiver_alone_loads_only_the_failed_rows() -> None:
     ok, gone = claimed(2)
     delivery_failed.connect(lambda sender, **kw: None, weak=False, dispatch_uid="test-failed")
     try:
-        with mock.patch("django_outbox.notify.full_rows", wraps=lambda ids: {}) as full_rows:
+        with mock.patch(
+            "django_outbox.signals.sending.full_rows", wraps=lambda ids: {}
+        ) as full_rows:
             apply_outcomes([delivered(ok), outcome(gone, AttemptResult.REFUSED, "t1", status=410)])
     finally:
         delivery_failed.disconnect(dispatch_uid="test-failed")

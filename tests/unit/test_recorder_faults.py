@@ -12,7 +12,7 @@ from django.db import DataError, OperationalError
 from django.test import override_settings
 
 from django_outbox.models import Delivery, DeliveryState
-from django_outbox.outcomes import AttemptResult, Outcome
+from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.worker import recorder as recording
 from django_outbox.worker.process import WorkerProcess
 from django_outbox.worker.recorder import Recorder, Release, apply_outcomes

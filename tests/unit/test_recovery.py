@@ -10,12 +10,12 @@ import pytest
 from django.test import override_settings
 from django.utils import timezone
 
-from django_outbox import operations, recovery
+from django_outbox.broker.publish import CANARY_QUEUE, publish, use_publisher
 from django_outbox.conf import conf
-from django_outbox.dispatch import CANARY_QUEUE, publish, use_publisher
 from django_outbox.models import Delivery, DeliveryState, Heartbeat, Lane
 from django_outbox.signals import delivery_failed
 from django_outbox.store import give_ups, heartbeats
+from django_outbox.upkeep import operations, recovery_pass
 from tests.support.broker import MemoryBroker
 from tests.support.rows import ago, delivery, hence, message
 from tests.unit.conftest import FakeClock
@@ -83,7 +83,7 @@ def test_claims_of_a_dead_owner_are_taken_back_and_a_live_owners_kept(
     young = claimed("gone:3:cccccccccccc", lease_from_now=295)  # claimed 5 s ago
     spent = claimed("dead:2:bbbbbbbbbbbb", parent=message(max_attempts=2), attempts=2)
 
-    assert recovery.reclaim_dead() == 3
+    assert recovery_pass.reclaim_dead() == 3
 
     assert [state_of(row) for row in (kept, taken, unknown, young, spent)] == [
         SENDING,
@@ -98,7 +98,7 @@ def test_claims_of_a_dead_owner_are_taken_back_and_a_live_owners_kept(
     assert Delivery.objects.get(pk=spent.pk).last_error == operations.LOST_EVERY_ATTEMPT
     assert failed_signals == [spent.pk]
     assert memory_broker.ids(Lane.DEFAULT) == {taken.pk, unknown.pk}
-    assert recovery.reclaim_dead() == 0
+    assert recovery_pass.reclaim_dead() == 0
 
 
 def test_a_name_that_only_begins_like_a_live_one_is_not_alive(
@@ -106,7 +106,7 @@ def test_a_name_that_only_begins_like_a_live_one_is_not_alive(
 ) -> None:
     heartbeats.beat("host:12:aaaaaaaaaaaa")
     other = claimed("host:123:aaaaaaaaaaaa")
-    assert recovery.reclaim_dead() == 1
+    assert recovery_pass.reclaim_dead() == 1
     assert state_of(other) == QUEUED
 
 
@@ -115,9 +115,9 @@ def test_recover_takes_back_claims_only_when_asked_to_judge(
 ) -> None:
     Heartbeat.objects.create(name="dead:2:bbbbbbbbbbbb", beat_at=ago(60))
     row = claimed("dead:2:bbbbbbbbbbbb")
-    assert recovery.recover(judge_owners=False)["broker"] == 0
+    assert recovery_pass.recover(judge_owners=False)["broker"] == 0
     assert state_of(row) == SENDING
-    assert recovery.recover(judge_owners=True)["reclaimed"] == 1
+    assert recovery_pass.recover(judge_owners=True)["reclaimed"] == 1
     assert state_of(row) == QUEUED
 
 
@@ -132,7 +132,7 @@ def test_a_lost_canary_publishes_every_queued_delivery_again(
     later = delivery(message(), QUEUED, next_attempt_at=hence(60), dispatched_at=ago(1))
     waiting = message(pending_inboxes="https://a.example/inbox")
 
-    counts = recovery.recover(judge_owners=False)
+    counts = recovery_pass.recover(judge_owners=False)
 
     assert counts["broker"] == 3, "two deliveries forgotten, one expansion restarted"
     assert counts["dispatched"] == 1
@@ -145,7 +145,7 @@ def test_a_lost_canary_publishes_every_queued_delivery_again(
     # Not due yet: published by the pass when it is.
     assert Delivery.objects.get(pk=later.pk).dispatched_at is None
     memory_broker.take(Lane.DEFAULT)
-    assert recovery.recover(judge_owners=False) == {
+    assert recovery_pass.recover(judge_owners=False) == {
         "broker": 0,
         "dispatched": 0,
         "signals": 0,
@@ -156,7 +156,7 @@ def test_a_lost_canary_publishes_every_queued_delivery_again(
 def test_an_empty_lane_while_rows_wait_in_it_is_published_again(
     memory_broker: MemoryBroker, lane_clock: FakeClock
 ) -> None:
-    recovery.check_broker()  # the canary is in place; the lanes are seen empty
+    recovery_pass.check_broker()  # the canary is in place; the lanes are seen empty
     lost = delivery(message(), QUEUED, next_attempt_at=ago(20), dispatched_at=ago(20))
     recent = delivery(message(), QUEUED, next_attempt_at=ago(5), dispatched_at=ago(5))
     urgent = delivery(
@@ -164,15 +164,15 @@ def test_an_empty_lane_while_rows_wait_in_it_is_published_again(
     )
     publish({Lane.PRIORITY: [urgent.pk]})
 
-    assert recovery.check_broker() == 0, "seen empty a moment ago: not judged yet"
+    assert recovery_pass.check_broker() == 0, "seen empty a moment ago: not judged yet"
     lane_clock.advance(HEARTBEAT_TIMEOUT)
     later = delivery(message(), QUEUED, next_attempt_at=ago(20), dispatched_at=now())
-    assert recovery.check_broker() == 1
+    assert recovery_pass.check_broker() == 1
 
     assert memory_broker.ids(Lane.DEFAULT) == {lost.pk}, "only a lane seen empty"
     assert recent.pk not in memory_broker.ids(Lane.DEFAULT), "due a moment ago"
     assert later.pk not in memory_broker.ids(Lane.DEFAULT), "dispatched after the look"
-    assert recovery.check_broker() == 0, "published again a moment ago"
+    assert recovery_pass.check_broker() == 0, "published again a moment ago"
 
 
 def test_rows_published_before_the_oldest_waiting_message_are_published_again(
@@ -181,7 +181,7 @@ def test_rows_published_before_the_oldest_waiting_message_are_published_again(
     """A busy lane: every message published before the oldest one waiting was taken by
     a consumer.  Rows still queued a heartbeat timeout later were taken by one that
     died, or never published at all (their process died after its commit)."""
-    recovery.check_broker()  # the canary is in place
+    recovery_pass.check_broker()  # the canary is in place
     taken = delivery(message(), QUEUED, next_attempt_at=ago(60), dispatched_at=ago(60))
     never_published = delivery(message(), QUEUED, next_attempt_at=ago(60), dispatched_at=ago(9))
     claimed_since = delivery(message(), SENDING, attempts=1, dispatched_at=ago(60))
@@ -190,11 +190,11 @@ def test_rows_published_before_the_oldest_waiting_message_are_published_again(
     behind = delivery(message(), QUEUED, next_attempt_at=ago(60), dispatched_at=now())
     publish({Lane.DEFAULT: [behind.pk]})
 
-    assert recovery.check_broker() == 0
+    assert recovery_pass.check_broker() == 0
     lane_clock.advance(HEARTBEAT_TIMEOUT - 1)
-    assert recovery.check_broker() == 0, "judged by a look a heartbeat timeout old"
+    assert recovery_pass.check_broker() == 0, "judged by a look a heartbeat timeout old"
     lane_clock.advance(1)
-    assert recovery.check_broker() == 2
+    assert recovery_pass.check_broker() == 2
 
     assert memory_broker.ids(Lane.DEFAULT) == {taken.pk, never_published.pk, waiting.pk, behind.pk}
     assert Delivery.objects.get(pk=claimed_since.pk).state == SENDING
@@ -202,7 +202,7 @@ def test_rows_published_before_the_oldest_waiting_message_are_published_again(
         sorted([taken.pk, never_published.pk])
     ]
     lane_clock.advance(HEARTBEAT_TIMEOUT)
-    assert recovery.check_broker() == 0, "stamped again when published again"
+    assert recovery_pass.check_broker() == 0, "stamped again when published again"
 
 
 def one_dispatch(count: int) -> list[int]:
@@ -221,14 +221,14 @@ def test_the_messages_of_one_dispatch_before_the_oldest_waiting_are_told_apart(
 ) -> None:
     """One dispatch, one stamp: its messages carry ascending ids, so those before the
     oldest one waiting are known taken although published in the same instant."""
-    recovery.check_broker()
+    recovery_pass.check_broker()
     ids = one_dispatch(6)
     assert [m.args[0] for m in memory_broker.queues[Lane.DEFAULT]] == [ids[:2], ids[2:4], ids[4:]]
     memory_broker.take(Lane.DEFAULT, 1)  # by a worker that then dies
 
-    recovery.check_broker()
+    recovery_pass.check_broker()
     lane_clock.advance(HEARTBEAT_TIMEOUT)
-    assert recovery.check_broker() == 2
+    assert recovery_pass.check_broker() == 2
 
     assert [m.args[0] for m in memory_broker.queues[Lane.DEFAULT]] == [
         ids[2:4],
@@ -240,14 +240,14 @@ def test_the_messages_of_one_dispatch_before_the_oldest_waiting_are_told_apart(
 def test_what_a_live_worker_took_and_claimed_within_the_grace_is_left_to_it(
     memory_broker: MemoryBroker, lane_clock: FakeClock
 ) -> None:
-    recovery.check_broker()
+    recovery_pass.check_broker()
     ids = one_dispatch(4)
     (took,) = memory_broker.take(Lane.DEFAULT, 1)
 
-    recovery.check_broker()
+    recovery_pass.check_broker()
     Delivery.objects.filter(pk__in=took.args[0]).update(state=SENDING, claimed_by="live:1:aa:1")
     lane_clock.advance(HEARTBEAT_TIMEOUT)
-    assert recovery.check_broker() == 0
+    assert recovery_pass.check_broker() == 0
     assert memory_broker.ids(Lane.DEFAULT) == set(ids[2:])
 
 
@@ -260,7 +260,7 @@ def test_a_failing_step_is_logged_and_the_others_run(
     monkeypatch.setattr(memory_broker, "queue_sizes", unreachable)
     parked = delivery(message(), QUEUED, dispatched_at=None)
     with caplog.at_level(logging.WARNING, logger="django_outbox.recovery"):
-        counts = recovery.recover(judge_owners=False)
+        counts = recovery_pass.recover(judge_owners=False)
     assert counts == {"broker": 0, "dispatched": 1, "signals": 0, "payments": 0}
     assert "recovery step 'broker' failed: ConnectionError" in caplog.text
     assert memory_broker.ids(Lane.DEFAULT) == {parked.pk}
@@ -278,11 +278,11 @@ def test_a_give_up_whose_process_died_before_signalling_is_signalled_by_the_pass
     Delivery.objects.filter(pk=row.pk).update(finished_at=ago(60))
     assert Delivery.objects.get(pk=row.pk).failed_signal_pending
 
-    assert recovery.recover(judge_owners=False)["signals"] == 1
+    assert recovery_pass.recover(judge_owners=False)["signals"] == 1
 
     assert failed_signals == [row.pk]
     assert not Delivery.objects.get(pk=row.pk).failed_signal_pending
-    assert recovery.recover(judge_owners=False)["signals"] == 0
+    assert recovery_pass.recover(judge_owners=False)["signals"] == 0
 
 
 def test_a_give_up_that_signals_leaves_nothing_pending_nor_does_a_requeue(
@@ -303,9 +303,9 @@ def test_a_lapsed_lease_of_a_live_owner_is_taken_back_by_the_pass(
     clock) and the next pass takes the delivery back, beat or no beat."""
     heartbeats.beat("alive:3:cccccccccccc")
     row = claimed("alive:3:cccccccccccc", lease_from_now=-1)
-    assert recovery.recover(judge_owners=False).get("lapsed") is None
+    assert recovery_pass.recover(judge_owners=False).get("lapsed") is None
     assert state_of(row) == SENDING
-    counts = recovery.recover(judge_owners=True)
+    counts = recovery_pass.recover(judge_owners=True)
     assert (counts["reclaimed"], counts["lapsed"]) == (0, 1)
     assert state_of(row) == QUEUED
     assert memory_broker.ids(Lane.DEFAULT) == {row.pk}

@@ -126,7 +126,7 @@ def test_lanes(count: int, low: bool, setting: bool, lane: str) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_rolled_back_send_writes_and_publishes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     published: list[object] = []
-    monkeypatch.setattr("django_outbox.dispatch.publish", lambda *a, **k: published.append(a))
+    monkeypatch.setattr("django_outbox.broker.publish.publish", lambda *a, **k: published.append(a))
 
     class Boom(Exception):
         pass
@@ -144,7 +144,7 @@ def test_rolled_back_send_writes_and_publishes_nothing(monkeypatch: pytest.Monke
 
 @pytest.mark.django_db
 def test_large_fan_out_is_expanded_by_a_worker(django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
-    from django_outbox.fanout import expand
+    from django_outbox.sending.fanout import expand
 
     with override_settings(OUTBOX_INLINE_FANOUT=10):
         with django_capture_on_commit_callbacks() as callbacks:

@@ -11,7 +11,7 @@ from django.test import override_settings
 from django_outbox import Recipient, outbox
 from django_outbox.exceptions import InvalidInbox, InvalidSend, OutboxConfigurationError
 from django_outbox.models import Delivery, Message
-from django_outbox.recipients import InvalidRecipient
+from django_outbox.sending.recipients import InvalidRecipient
 from testproject.demo.keys import ACTOR
 from tests.unit.keys_for_tests import good_key
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_outbox import Batch, keys, outbox
+from django_outbox import Batch, outbox
 from django_outbox.exceptions import (
     BodyTooLarge,
     InvalidActivity,
@@ -24,8 +24,9 @@ from django_outbox.exceptions import (
     SenderTooLong,
     UnknownSender,
 )
-from django_outbox.keys import SenderKey
 from django_outbox.models import Delivery, Message
+from django_outbox.sending import keys
+from django_outbox.sending.keys import SenderKey
 from testproject.demo.keys import ACTOR
 from tests.unit.keys_for_tests import (
     KEY_ID,

@@ -13,7 +13,6 @@ import pytest
 from django.test import override_settings
 
 from django_outbox import Batch, WebhookKeys, outbox
-from django_outbox.endpoints import check_endpoint
 from django_outbox.exceptions import (
     BlockedEndpoint,
     BodyTooLarge,
@@ -26,8 +25,9 @@ from django_outbox.exceptions import (
     UnknownEndpoint,
     UnknownSender,
 )
-from django_outbox.fanout import expand
 from django_outbox.models import Delivery, Lane, Message, Signing
+from django_outbox.sending.fanout import expand
+from django_outbox.sending.webhook_endpoints import check_endpoint
 from django_outbox.signing.webhooks import InvalidWebhookMessage, InvalidWebhookSecret
 from testproject.demo.webhooks import SECRET, SHOP
 

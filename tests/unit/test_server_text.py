@@ -17,12 +17,12 @@ import pytest
 
 from django_outbox import outbox
 from django_outbox.models import Attempt, Delivery
-from django_outbox.outcomes import AttemptResult, Outcome
-from django_outbox.safe_text import ERROR_LIMIT, one_line
 from django_outbox.signals import delivery_attempted, delivery_failed
 from django_outbox.store.claimed import load_messages, new_token
 from django_outbox.store.transitions import claim
 from django_outbox.transport import ProtocolFailed, Transport
+from django_outbox.values.outcomes import AttemptResult, Outcome
+from django_outbox.values.safe_text import ERROR_LIMIT, one_line
 from django_outbox.worker.recorder import apply_outcomes
 from testproject.demo.keys import ACTOR
 from tests.unit.send_helpers import ACTIVITY

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from httpsig.utils import parse_signature_header
 from httpsig.verify import HeaderVerifier
 
-from django_outbox import keys
 from django_outbox.exceptions import OutboxError
-from django_outbox.keys import public_pem
+from django_outbox.sending import keys
+from django_outbox.sending.keys import public_pem
 from django_outbox.signing import (
     CAVAGE_COVERED,
     Scheme,

@@ -16,7 +16,7 @@ import requests
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
-from django_outbox.keys import load_private_key, public_pem
+from django_outbox.sending.keys import load_private_key, public_pem
 from django_outbox.signing import RFC9421_COVERED, Scheme, SigningError
 from django_outbox.signing import http as signing
 from django_outbox.transport.target import parse_target

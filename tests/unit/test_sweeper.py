@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_outbox import sweeper
 from django_outbox.models import Delivery, DeliveryState, Heartbeat, HostPause, Lane, Message
 from django_outbox.signals import delivery_failed
 from django_outbox.store.transitions import prune
+from django_outbox.upkeep import sweeper
 from tests.support.broker import RecordingApp
 from tests.support.rows import ago, delivery, hence, message
 

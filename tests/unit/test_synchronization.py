@@ -6,7 +6,7 @@ import hashlib
 
 import pytest
 
-from django_outbox.synchronization import followers_digest, synchronization_header
+from django_outbox.sending.synchronization import followers_digest, synchronization_header
 
 
 def test_digest_is_the_xor_of_sha256_and_zero_for_none() -> None:

@@ -20,9 +20,9 @@ from django.urls import path
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.batch import Batch
-from django_outbox.dispatch import DELIVER, EXPAND, publish
+from django_outbox.broker.publish import DELIVER, EXPAND, publish
 from django_outbox.models import Delivery, DeliveryState, Lane
+from django_outbox.sending.batch import Batch
 from django_outbox.signals import delivery_settled
 from django_outbox.testing import CaptureEnded, captured_sends
 from django_outbox.testing.capture import OutboxCapture

@@ -13,10 +13,10 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_outbox import PortableInbox, outbox
-from django_outbox.batch import Batch
-from django_outbox.dispatch import DELIVER
-from django_outbox.keys import SenderKey
+from django_outbox.broker.publish import DELIVER
 from django_outbox.models import Delivery, DeliveryState
+from django_outbox.sending.batch import Batch
+from django_outbox.sending.keys import SenderKey
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled
 from django_outbox.testing import (
     Answer,

@@ -11,8 +11,9 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_outbox import api, outbox
+from django_outbox import outbox
 from django_outbox.models import Delivery, Message
+from django_outbox.sending import outbox as sending_outbox
 from testproject.demo.webhooks import SECRET, SHOP
 
 pytestmark = pytest.mark.django_db
@@ -57,7 +58,7 @@ def test_a_send_that_loses_the_race_returns_the_winner_and_keeps_the_callers_tra
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
     winner = outbox.send_webhook(SHOP, PAYLOAD, HOOKS, webhook_id="raced")
-    found = api._stored_webhook
+    found = sending_outbox._stored_webhook
     looks: list[str] = []
 
     def not_yet_committed(sender: str, webhook_id: str) -> Message | None:
@@ -67,7 +68,7 @@ def test_a_send_that_loses_the_race_returns_the_winner_and_keeps_the_callers_tra
     with (
         transaction.atomic(),
         django_capture_on_commit_callbacks() as callbacks,
-        mock.patch("django_outbox.api._stored_webhook", not_yet_committed),
+        mock.patch("django_outbox.sending.outbox._stored_webhook", not_yet_committed),
     ):
         loser = outbox.send_webhook(SHOP, PAYLOAD, HOOKS, webhook_id="raced")
         assert Message.objects.count() == 1  # the caller's transaction still works
@@ -78,7 +79,7 @@ def test_a_send_that_loses_the_race_returns_the_winner_and_keeps_the_callers_tra
 
 def test_an_integrity_error_of_another_cause_is_raised() -> None:
     with (
-        mock.patch("django_outbox.api._stored_webhook", return_value=None),
+        mock.patch("django_outbox.sending.outbox._stored_webhook", return_value=None),
         mock.patch.object(Message.objects, "create", side_effect=IntegrityError("other")),
         pytest.raises(IntegrityError, match="other"),
     ):

@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 
 from django_outbox import outbox
 from django_outbox.models import Delivery, PaymentAttempt
-from django_outbox.outcomes import AttemptResult, Outcome
 from django_outbox.payments.clients.lnd import LndRestClient
 from django_outbox.payments.errors import InvoiceRefused, Reason
 from django_outbox.payments.invoices import (
@@ -36,6 +35,7 @@ from django_outbox.payments.settings import MAX_MSAT, PaymentSettings, problems
 from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
 from django_outbox.store.transitions import claim
 from django_outbox.transport import Response
+from django_outbox.values.outcomes import AttemptResult, Outcome
 from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from django_outbox.outcomes import AttemptResult
 from django_outbox.payments import paying
 from django_outbox.payments.claims import HOLD_LIMIT, hold_for
 from django_outbox.payments.reports import Change, KeptToken
+from django_outbox.values.outcomes import AttemptResult
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402Gate
 from testproject.lightning.lnd import FakeLndServer

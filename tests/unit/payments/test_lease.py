@@ -22,7 +22,6 @@ from django.test import override_settings
 
 from django_outbox.checks import check_settings
 from django_outbox.conf import conf
-from django_outbox.outcomes import AttemptResult
 from django_outbox.payments.clients import Payment, PaymentStatus
 from django_outbox.payments.clients.lnd import LndRestClient
 from django_outbox.payments.paying import (
@@ -36,6 +35,7 @@ from django_outbox.payments.reports import OpenAttempt
 from django_outbox.payments.settings import read_payments
 from django_outbox.payments.threads import payment_threads, stop_payment_threads
 from django_outbox.transport import Response
+from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker import lifecycle
 from testproject.lightning.l402_inbox import L402Gate
 from testproject.lightning.lnd import FakeLndServer

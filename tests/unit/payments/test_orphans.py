@@ -13,12 +13,12 @@ import pytest
 from django.test import override_settings
 from pytest_django import DjangoAssertNumQueries
 
-from django_outbox import recovery
-from django_outbox.dispatch import use_publisher
+from django_outbox.broker.publish import use_publisher
 from django_outbox.models import PaymentAttempt
 from django_outbox.payments import recovery as payments_recovery
 from django_outbox.payments.lookups import spent_today
 from django_outbox.payments.recovery import BUDGET, resolve_orphans_now
+from django_outbox.upkeep import recovery_pass
 from testproject.demo.keys import ACTOR
 from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.lnd import FakeLndServer
@@ -88,7 +88,7 @@ def test_a_slow_node_costs_the_step_its_budget_and_its_answer_comes_next_pass(
 
 def test_the_recovery_pass_resolves_them(two_orphans: list[PaymentAttempt]) -> None:
     with use_publisher(MemoryBroker()):
-        counts = recovery.recover(judge_owners=False)
+        counts = recovery_pass.recover(judge_owners=False)
     assert counts["payments"] == 2
     assert set(PaymentAttempt.objects.values_list("state", flat=True)) == {"paid", "failed"}
 

@@ -16,7 +16,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_outbox import Batch, outbox, recovery
+from django_outbox import Batch, outbox
 from django_outbox.models import Attempt, Delivery, DeliveryState, PaymentAttempt
 from django_outbox.payments import paying as paying_module
 from django_outbox.payments.claims import payment_jobs
@@ -24,6 +24,7 @@ from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.reports import MET_402_LATELY, PAYING_ELSEWHERE
 from django_outbox.store.claimed import new_token
 from django_outbox.store.transitions import claim
+from django_outbox.upkeep import recovery_pass
 from testproject.demo.keys import ACTOR
 from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.node import FakeNode
@@ -56,7 +57,7 @@ def test_deliveries_behind_a_payment_are_parked_without_an_attempt(
     assert broker.sent == []
     # Once due, the recovery pass publishes them again, with the default settings.
     Delivery.objects.filter(id__in=others).update(next_attempt_at=before)
-    assert recovery.dispatch_all_due() == 2
+    assert recovery_pass.dispatch_all_due() == 2
     assert [pk for ids in broker.lanes().values() for pk in ids] == others
     round_of([first])
     assert [o.result for o in round_of(others)] == ["delivered", "delivered"]

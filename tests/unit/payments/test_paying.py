@@ -14,13 +14,13 @@ from dataclasses import replace
 
 import pytest
 
-from django_outbox.outcomes import AttemptResult
 from django_outbox.payments import paying
 from django_outbox.payments.clients.lnd import LndRestClient
 from django_outbox.payments.paying import Exchange, PaymentJob, exchange
 from django_outbox.payments.reports import Challenge, Change, KeptToken, OpenAttempt
 from django_outbox.payments.settings import PaymentSettings
 from django_outbox.transport import ConnectFailed, Response
+from django_outbox.values.outcomes import AttemptResult
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.l402_inbox import L402Gate, Mode
 from testproject.lightning.lnd import FakeLndServer

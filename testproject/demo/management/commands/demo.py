@@ -158,7 +158,7 @@ class Command(BaseCommand):
         worker: Worker,
         timeout: float,
     ) -> bool:
-        from django_outbox.sweeper import sweep
+        from django_outbox.upkeep.sweeper import sweep
 
         sent_at = self.sent_at = time.time()
         started = time.monotonic()

@@ -1,0 +1,29 @@
+"""The outbox's admin: an operator's console, in the Django admin's own look.
+
+Deliveries (:mod:`~django_outbox.admin.deliveries`, with the overview), messages
+(:mod:`~django_outbox.admin.messages`), hosts, their pages and the open breakers
+(:mod:`~django_outbox.admin.hosts`), webhook endpoints
+(:mod:`~django_outbox.admin.endpoints`) and payments (:mod:`django_outbox.payments.admin`).
+Nothing is edited by hand: requeue, give up and reset call the package's own
+functions, after a confirmation page where they change many rows, and each is
+written to the admin's log.  Every page needs a django_outbox view permission;
+acting needs the matching change permission.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from django_outbox.admin.deliveries import DeliveryAdmin
+from django_outbox.admin.endpoints import EndpointAdmin
+from django_outbox.admin.hosts import HostAdmin, HostPauseAdmin
+from django_outbox.admin.messages import MessageAdmin
+from django_outbox.models import Delivery, Endpoint, Host, HostPause, Message, PaymentAttempt
+from django_outbox.payments.admin import PaymentAttemptAdmin
+
+admin.site.register(Delivery, DeliveryAdmin)
+admin.site.register(Message, MessageAdmin)
+admin.site.register(Host, HostAdmin)
+admin.site.register(HostPause, HostPauseAdmin)
+admin.site.register(Endpoint, EndpointAdmin)
+admin.site.register(PaymentAttempt, PaymentAttemptAdmin)

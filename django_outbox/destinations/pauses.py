@@ -1,0 +1,135 @@
+"""Hosts paused by hand: their deliveries are held, not sent, until the host is resumed.
+
+An operator pauses a host during an incident, or when its admin asks us to
+(``outbox hosts pause``, the host's admin page, :func:`pause_host`), with a reason
+and, if they like, an end.  A worker parks each delivery it claims for a paused
+host, as it parks one held while its host is paid: no request, no attempt spent,
+``queued`` with its ``last_error`` saying ``held: <host> is paused ...``, due again
+when the pause ends, or :data:`RECHECK` seconds later for a pause with no end.
+Resuming (:func:`resume_host`, or the end passing) publishes them again at once.  A
+paused delivery whose batch deadline passes expires as any other.
+
+Workers read the pauses at most every :data:`REFRESH` seconds, so a pause takes
+effect within that time; what was already being sent finishes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from django_outbox.broker.publish import publish_on_commit
+from django_outbox.exceptions import InvalidHost, InvalidInbox
+from django_outbox.models import HostPause
+from django_outbox.store.parked import release_parked
+from django_outbox.transport.target import parse_target
+from django_outbox.values import columns
+
+#: Seconds a worker trusts its copy of the paused hosts.
+REFRESH = 2.0
+#: Seconds a delivery to a host paused with no end stays parked before a worker looks again.
+RECHECK = 300.0
+
+_cached: tuple[dict[str, Pause], float] = ({}, 0.0)
+_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Pause:
+    """A host's pause as the workers read it."""
+
+    host: str
+    reason: str
+    until: datetime | None
+
+    @property
+    def error(self) -> str:
+        """The ``last_error`` of its parked deliveries."""
+        return held_reason(self.host) + (f": {self.reason}" if self.reason else "")
+
+    def parked_until(self, now: datetime) -> datetime:
+        """When a delivery parked now is due again: the pause's end, or a recheck."""
+        recheck = now + timedelta(seconds=RECHECK)
+        return recheck if self.until is None else min(self.until, recheck)
+
+
+def held_reason(host: str) -> str:
+    """How the ``last_error`` of a delivery parked while ``host`` is paused begins."""
+    return f"held: {host} is paused"
+
+
+def _host(host: str) -> str:
+    """``host`` as deliveries store it (lower case, IDNA), or :class:`InvalidHost`."""
+    try:
+        target = parse_target(f"https://{host.strip()}/", columns.URL)
+    except InvalidInbox:
+        raise InvalidHost(f"{host!r} is not a host name") from None
+    if target.port != 443 or target.path != "/" or not host.strip():
+        raise InvalidHost(f"{host!r} is not a host name")
+    return target.host
+
+
+def pause_host(host: str, reason: str = "", until: datetime | None = None) -> Pause:
+    """Hold every delivery to ``host`` until :func:`resume_host` (or ``until``).
+
+    Pausing a paused host changes its reason and end.  Raises
+    :class:`~django_outbox.exceptions.InvalidHost` for a value that is not a host name,
+    or an ``until`` that has passed.
+    """
+    name = _host(host)
+    if until is not None and until <= timezone.now():
+        raise InvalidHost(f"a pause of {name} cannot end in the past ({until.isoformat()})")
+    HostPause.objects.update_or_create(
+        name=name, defaults={"reason": reason[:500], "until": until, "paused_at": timezone.now()}
+    )
+    forget_cached()
+    return Pause(name, reason[:500], until)
+
+
+def resume_host(host: str) -> int:
+    """End ``host``'s pause and publish its parked deliveries now; how many."""
+    name = _host(host)
+    with transaction.atomic():
+        HostPause.objects.filter(name=name).delete()
+        lanes = release_parked(name, starting=held_reason(name))
+        publish_on_commit(lanes)
+    forget_cached()
+    return sum(len(ids) for ids in lanes.values())
+
+
+def paused_hosts() -> dict[str, Pause]:
+    """The hosts paused now, by name, as this process read them at most
+    :data:`REFRESH` seconds ago (pauses whose end has passed are left out)."""
+    global _cached
+    with _lock:
+        pauses, read_at = _cached
+    if time.monotonic() - read_at >= REFRESH:
+        rows = HostPause.objects.values_list("name", "reason", "until")
+        pauses = {name: Pause(name, reason, until) for name, reason, until in rows}
+        with _lock:
+            _cached = (pauses, time.monotonic())
+    now = timezone.now()
+    return {
+        name: pause for name, pause in pauses.items() if pause.until is None or pause.until > now
+    }
+
+
+def end_lapsed_pauses() -> int:
+    """Delete the pauses whose end has passed (the sweeper's step); how many.  Their
+    deliveries come due by themselves, parked no later than the end."""
+    deleted, _ = HostPause.objects.filter(until__lte=timezone.now()).delete()
+    if deleted:
+        forget_cached()
+    return deleted
+
+
+def forget_cached() -> None:
+    """Read the pauses again on next use."""
+    global _cached
+    with _lock:
+        _cached = ({}, 0.0)
