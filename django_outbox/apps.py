@@ -1,6 +1,8 @@
-"""The Django app configuration: registers the system checks and the Celery tasks."""
+"""The Django app configuration: registers the models, the system checks and the Celery tasks."""
 
 from __future__ import annotations
+
+from importlib import import_module
 
 from django.apps import AppConfig
 
@@ -11,6 +13,13 @@ class OutboxConfig(AppConfig):
     name = "django_outbox"
     verbose_name = "Outbox"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def import_models(self) -> None:
+        """Django finds ``models``; paid push keeps its tables in ``payments.models``,
+        registered here whether or not ``OUTBOX_PAYMENTS`` is set, so that the
+        migrations match the models either way."""
+        super().import_models()
+        import_module("django_outbox.payments.models")
 
     def ready(self) -> None:
         """Register the checks, the tasks with Celery even without autodiscovery, and

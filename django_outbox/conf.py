@@ -21,10 +21,10 @@ from django.utils.module_loading import import_string
 
 from django_outbox.breakers.policy import BreakerScope
 from django_outbox.exceptions import OutboxConfigurationError
-from django_outbox.payments.settings import PaymentSettings, read_payments
 from django_outbox.sending.keys import KeyResolver
 
 if TYPE_CHECKING:
+    from django_outbox.payments.settings import PaymentSettings
     from django_outbox.signing.webhooks import WebhookSecretResolver
 
 MiB = 1 << 20
@@ -389,7 +389,12 @@ class Settings:
     @property
     def PAYMENTS(self) -> PaymentSettings | None:
         """``OUTBOX_PAYMENTS``: how to pay destinations that answer 402, or None (pay nothing)."""
-        return read_payments(_get("OUTBOX_PAYMENTS", None))
+        value = _get("OUTBOX_PAYMENTS", None)
+        if value is None:
+            return None
+        from django_outbox.payments.settings import read_payments
+
+        return read_payments(value)
 
 
 conf = Settings()

@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.values import columns
+from django_outbox.values.claimed import Signing
 
 
 class DeliveryState(models.TextChoices):
@@ -53,13 +54,6 @@ class Lane(models.TextChoices):
     PRIORITY = "outbox.priority", "priority"
     DEFAULT = "outbox", "default"
     LOW = "outbox.low", "low"
-
-
-class Signing(models.TextChoices):
-    """How a message's deliveries are signed, which decides who provides the key."""
-
-    HTTP_SIGNATURES = "http-signatures", "HTTP Signatures (ActivityPub)"
-    STANDARD_WEBHOOKS = "standard-webhooks", "Standard Webhooks"
 
 
 class Message(models.Model):
@@ -361,14 +355,6 @@ class Attempt(models.Model):
         return f"attempt {self.number} of delivery {self.delivery_id}: {what}"
 
 
-# Paid push keeps its rows in its own module; Django finds models in this one.
-from django_outbox.payments.models import (  # noqa: E402
-    PaymentAttempt,
-    PaymentBudget,
-    PaymentHost,
-    PaymentState,
-)
-
 __all__ = [
     "FINAL_STATES",
     "LIVE_STATES",
@@ -381,9 +367,6 @@ __all__ = [
     "Host",
     "Lane",
     "Message",
-    "PaymentAttempt",
-    "PaymentBudget",
-    "PaymentHost",
-    "PaymentState",
+    "Signing",
     "locked",
 ]

@@ -34,8 +34,8 @@ from django.db import close_old_connections
 
 from django_outbox.broker.publish import DELIVER, EXPAND, SWEEP
 from django_outbox.conf import conf
+from django_outbox.extensions.registry import active
 from django_outbox.models import Lane
-from django_outbox.payments.invoices import load_decoder
 from django_outbox.sending.fanout import expand as expand_message
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.upkeep.sweeper import sweep as run_sweep
@@ -128,10 +128,10 @@ def _schedule_sweep(sender: Any, **kwargs: Any) -> None:
 
 
 @worker_init.connect
-def _load_invoice_decoder(**kwargs: Any) -> None:
-    # In the main process, before the pool forks: no delivery waits for the import.
-    if conf.PAYMENTS is not None:
-        load_decoder()
+def _start_extensions(**kwargs: Any) -> None:
+    # In the main process, before the pool forks: no delivery waits for what they load.
+    for extension in active():
+        extension.worker_starting()
 
 
 @worker_process_init.connect

@@ -28,7 +28,7 @@ POINTS = {
     "key_resolver": "testproject.demo.keys:resolve",
     "gone": "testproject.demo.keys:gone",
     "signal_receiver": "testproject.faults:settled_receiver",
-    "ledger": "django_outbox.worker.recorder:record_payments",
+    "ledger": "django_outbox.payments.extension:record_payments",
     "recorder_save": "django_outbox.worker.recorder:save_outcomes",
     "jobs_for": "django_outbox.worker.process:WorkerProcess.jobs_for",
     "recovery_broker": "django_outbox.upkeep.recovery_pass:canary_present",
@@ -40,10 +40,10 @@ POINTS = {
             "dispatched": "dispatch_due",
             "expanded": "expand_lost",
             "freed": "free_waiting",
-            "payments": "resolve_payments",
             "signals": "resend_signals",
         }.items()
     },
+    "sweep:payments": "django_outbox.payments.extension:resolve_payments",
 }
 PREFIX = "outbox:faults:"
 FIRED = PREFIX + "fired"

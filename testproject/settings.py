@@ -146,6 +146,8 @@ OUTBOX_COLLECTION_SYNCHRONIZATION = "testproject.demo.synchronization.collection
 globals().update(json.loads(os.environ.get("OUTBOX_SETTINGS_JSON", "{}")))
 if globals().get("OUTBOX_TEST_FAULTS"):  # a Redis URL: the partial-failure tests' workers
     INSTALLED_APPS.append("testproject.faults.FaultsConfig")
+if globals().get("OUTBOX_TEST_MODULES"):  # a Redis URL: the extension seam's test worker
+    INSTALLED_APPS.append("testproject.loaded_modules.LoadedModulesConfig")
 
 LOGGING = {
     "version": 1,

@@ -32,6 +32,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _payment_admin_pages() -> None:
+    """The payment attempts' admin pages, as a project with ``OUTBOX_PAYMENTS`` set has
+    them (the admin registers an extension's pages only when it is on; the tests turn
+    payments on per test, after the URLs are made, and the admin tests walk every page)."""
+    from django.contrib import admin
+    from django.urls import clear_url_caches
+
+    from django_outbox.payments.extension import PAID_PUSH
+    from django_outbox.payments.models import PaymentAttempt
+
+    if not admin.site.is_registered(PaymentAttempt):
+        PAID_PUSH.register_admin(admin.site)
+    clear_url_caches()
+
+
 @pytest.fixture(autouse=True)
 def _forget_remembered_schemes() -> None:
     """Each test starts with no signing scheme remembered, in this process or in a

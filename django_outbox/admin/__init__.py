@@ -3,7 +3,7 @@
 Deliveries (:mod:`~django_outbox.admin.deliveries`, with the overview), messages
 (:mod:`~django_outbox.admin.messages`), hosts, their pages and the open breakers
 (:mod:`~django_outbox.admin.hosts`), webhook endpoints
-(:mod:`~django_outbox.admin.endpoints`) and payments (:mod:`django_outbox.payments.admin`).
+(:mod:`~django_outbox.admin.endpoints`), and the pages of the active extensions.
 Nothing is edited by hand: requeue, give up and reset call the package's own
 functions, after a confirmation page where they change many rows, and each is
 written to the admin's log.  Every page needs a django_outbox view permission;
@@ -18,12 +18,13 @@ from django_outbox.admin.deliveries import DeliveryAdmin
 from django_outbox.admin.endpoints import EndpointAdmin
 from django_outbox.admin.hosts import HostAdmin, HostPauseAdmin
 from django_outbox.admin.messages import MessageAdmin
-from django_outbox.models import Delivery, Endpoint, Host, HostPause, Message, PaymentAttempt
-from django_outbox.payments.admin import PaymentAttemptAdmin
+from django_outbox.extensions.registry import active
+from django_outbox.models import Delivery, Endpoint, Host, HostPause, Message
 
 admin.site.register(Delivery, DeliveryAdmin)
 admin.site.register(Message, MessageAdmin)
 admin.site.register(Host, HostAdmin)
 admin.site.register(HostPause, HostPauseAdmin)
 admin.site.register(Endpoint, EndpointAdmin)
-admin.site.register(PaymentAttempt, PaymentAttemptAdmin)
+for extension in active():
+    extension.register_admin(admin.site)

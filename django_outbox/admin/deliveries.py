@@ -1,5 +1,5 @@
 """The deliveries' admin: a list that fits a laptop's screen, a page per delivery with
-its attempt history and payments, requeue and give-up that ask first, and the overview.
+its attempt history and what extensions add, requeue and give-up that ask first, and the overview.
 
 Nothing is edited by hand: every change goes through :mod:`django_outbox.upkeep.bulk`
 (the package's :func:`~django_outbox.upkeep.operations.requeue` and
@@ -41,13 +41,13 @@ from django_outbox.admin.formatting import (
     NONE,
     age_with_tooltip,
     moment_with_age,
-    msat,
     relative,
     shown,
 )
 from django_outbox.admin.overview import overview_context
 from django_outbox.admin.readonly import ReadOnlyAdmin, ReadOnlyInline
-from django_outbox.models import LIVE_STATES, Attempt, Delivery, PaymentAttempt
+from django_outbox.extensions.registry import active
+from django_outbox.models import LIVE_STATES, Attempt, Delivery
 from django_outbox.status.text import seconds
 
 
@@ -75,24 +75,6 @@ class AttemptInline(ReadOnlyInline):
     started = shown("at", "at")
     took = shown("duration", "took", seconds)
     waited = shown("wait", "wait asked", seconds)
-
-
-class PaymentInline(ReadOnlyInline):
-    """The payments a delivery's 402 answers asked for."""
-
-    model = PaymentAttempt
-    fields = readonly_fields = ("payment", "state", "amount", "fee", "created", "reason")
-    ordering = ("-id",)
-    verbose_name_plural = "payments (402 answers paid for)"
-
-    @admin.display(description="payment")
-    def payment(self, obj: PaymentAttempt) -> str:
-        url = reverse("admin:django_outbox_paymentattempt_change", args=[obj.pk])
-        return format_html('<a href="{}">#{}</a>', url, obj.pk)
-
-    amount = shown("amount_msat", "amount", msat)
-    fee = shown("fee_msat", "fee", msat)
-    created = shown("created_at", "created")
 
 
 class DeliveryAdmin(ReadOnlyAdmin):
@@ -235,9 +217,9 @@ class DeliveryAdmin(ReadOnlyAdmin):
         return super().changelist_view(request, extra)
 
     def get_inlines(self, request: HttpRequest, obj: Any = None) -> list[Any]:
-        """The attempt history, and the payments only for a delivery that met a 402."""
-        paid = obj is not None and PaymentAttempt.objects.filter(delivery=obj).exists()
-        return [AttemptInline, PaymentInline] if paid else [AttemptInline]
+        """The attempt history, and what the active extensions show of the delivery."""
+        shown = [inline for extension in active() for inline in extension.delivery_inlines(obj)]
+        return [AttemptInline, *shown] if obj is not None else [AttemptInline]
 
     def get_urls(self) -> list[URLPattern]:
         site = self.admin_site

@@ -32,7 +32,8 @@ from django_outbox.breakers.configured import breakers_shared, configured_store
 from django_outbox.breakers.policy import breaker_host
 from django_outbox.destinations.pauses import pause_host, resume_host
 from django_outbox.exceptions import InvalidHost, InvalidSince
-from django_outbox.models import Delivery, Host, HostPause, PaymentAttempt
+from django_outbox.extensions.registry import active
+from django_outbox.models import Delivery, Host, HostPause
 from django_outbox.status.hosts import host_report, reset_hosts
 from django_outbox.status.snapshot import FAILED_RESULTS, STATES
 from django_outbox.upkeep.bulk import parse_since, parse_until
@@ -186,7 +187,7 @@ class HostAdmin(ReadOnlyAdmin):
             "due_url": f"{listing}?host={report.host}&due=yes",
             "reason": failed[0] if failed else None,
             "breakers_unseen": not breakers_shared(),
-            "payments": PaymentAttempt.objects.filter(host=report.host).exists(),
+            "links": [link for extension in active() for link in extension.host_links(report.host)],
             "can_change_deliveries": can_change,
             "can_reset": self.has_manage_permission(request),
             "offers": {

@@ -37,7 +37,8 @@ from django_outbox.metrics.tally import (
     bound_label,
     decode,
 )
-from django_outbox.models import FINAL_STATES, Lane, PaymentState
+from django_outbox.models import FINAL_STATES, Lane
+from django_outbox.payments.models import PaymentState
 from django_outbox.signing.http import Scheme
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME
 from django_outbox.status.processes import ProcessStatus

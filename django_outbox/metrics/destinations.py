@@ -14,7 +14,8 @@ from django.db.models import Count, Min, Sum
 from django.utils import timezone
 
 from django_outbox.conf import conf
-from django_outbox.models import Delivery, DeliveryState, PaymentAttempt
+from django_outbox.models import Delivery, DeliveryState
+from django_outbox.payments.models import PaymentAttempt
 from django_outbox.status.fresh import Fresh
 
 #: Hosts exposed with a ``host`` label at most.

@@ -15,26 +15,59 @@ The pieces, each usable alone:
 
 from __future__ import annotations
 
-from django_outbox.payments.challenge import (
-    L402Challenge,
-    L402Credentials,
-    authorization,
-    parse_authorization,
-    parse_challenge,
-)
-from django_outbox.payments.errors import (
-    ChallengeRefused,
-    InvalidCredentials,
-    InvoiceRefused,
-    PaymentClientError,
-    PaymentError,
-    PaymentFailed,
-    PaymentPending,
-    PaymentRefused,
-    PaymentUnauthorized,
-    PreimageMismatch,
-    Reason,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from django_outbox.payments.challenge import (
+        L402Challenge,
+        L402Credentials,
+        authorization,
+        parse_authorization,
+        parse_challenge,
+    )
+    from django_outbox.payments.errors import (
+        ChallengeRefused,
+        InvalidCredentials,
+        InvoiceRefused,
+        PaymentClientError,
+        PaymentError,
+        PaymentFailed,
+        PaymentPending,
+        PaymentRefused,
+        PaymentUnauthorized,
+        PreimageMismatch,
+        Reason,
+    )
+
+_EXPORTS = {
+    **dict.fromkeys(
+        (
+            "L402Challenge",
+            "L402Credentials",
+            "authorization",
+            "parse_authorization",
+            "parse_challenge",
+        ),
+        "django_outbox.payments.challenge",
+    ),
+    **dict.fromkeys(
+        (
+            "ChallengeRefused",
+            "InvalidCredentials",
+            "InvoiceRefused",
+            "PaymentClientError",
+            "PaymentError",
+            "PaymentFailed",
+            "PaymentPending",
+            "PaymentRefused",
+            "PaymentUnauthorized",
+            "PreimageMismatch",
+            "Reason",
+        ),
+        "django_outbox.payments.errors",
+    ),
+}
 
 __all__ = [
     "ChallengeRefused",
@@ -54,3 +87,11 @@ __all__ = [
     "parse_authorization",
     "parse_challenge",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Lazy: the app imports payments.models whether or not payments are on, and
+    # nothing else of paid push is imported until it is used.
+    if name not in _EXPORTS:
+        raise AttributeError(name)
+    return getattr(import_module(_EXPORTS[name]), name)

@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from django_outbox.admin.confirm import REQUEUE, action_fields, confirm_or_act
 from django_outbox.admin.filters import DeliveryFilter, HostFilter
 from django_outbox.admin.formatting import age_with_tooltip, msat, shown
-from django_outbox.admin.readonly import ReadOnlyAdmin
+from django_outbox.admin.readonly import ReadOnlyAdmin, ReadOnlyInline
 from django_outbox.conf import conf
 from django_outbox.models import Delivery
 from django_outbox.payments.lookups import day_of
@@ -73,6 +73,24 @@ def budgets_today(limit: int = TOTAL_HOSTS) -> list[dict[str, Any]]:
         }
         for row in rows[:limit]
     ]
+
+
+class PaymentInline(ReadOnlyInline):
+    """The payments a delivery's 402 answers asked for."""
+
+    model = PaymentAttempt
+    fields = readonly_fields = ("payment", "state", "amount", "fee", "created", "reason")
+    ordering = ("-id",)
+    verbose_name_plural = "payments (402 answers paid for)"
+
+    @admin.display(description="payment")
+    def payment(self, obj: PaymentAttempt) -> str:
+        url = reverse("admin:django_outbox_paymentattempt_change", args=[obj.pk])
+        return format_html('<a href="{}">#{}</a>', url, obj.pk)
+
+    amount = shown("amount_msat", "amount", msat)
+    fee = shown("fee_msat", "fee", msat)
+    created = shown("created_at", "created")
 
 
 class PaymentAttemptAdmin(ReadOnlyAdmin):

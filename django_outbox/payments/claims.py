@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from django_outbox.conf import conf
 from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.paying import PaymentJob, met_402_lately, payment_client
-from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.queries import queued_per_host
+from django_outbox.values.claimed import ClaimedRow
 
 #: Longest hold of a delivery whose host another delivery is paying, in seconds.
 HOLD_LIMIT = 60.0

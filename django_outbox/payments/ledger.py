@@ -57,6 +57,7 @@ from django_outbox.payments.reports import (
     PARKED_HOLDS,
     Challenge,
     Change,
+    PaymentReport,
     Settlement,
 )
 from django_outbox.payments.served_again import conflict, reopenable, served_again, stored
@@ -133,7 +134,7 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
     ``MAX_PAYMENTS_PER_DELIVERY`` it is refused.  Commits, then makes due the
     deliveries parked for the hosts whose payments ended.
     """
-    if not any(outcome.payment is not None for outcome in outcomes):
+    if not any(isinstance(outcome.report, PaymentReport) for outcome in outcomes):
         return Recorded(list(outcomes))
     batch = LedgerBatch(settings)
     with transaction.atomic():
@@ -148,8 +149,8 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
 
 
 def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
-    report = outcome.payment
-    if report is None:
+    report = outcome.report
+    if not isinstance(report, PaymentReport):
         return outcome
     for settlement in report.settlements:
         _settle(settlement, batch.effects)

@@ -41,7 +41,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from threading import Lock
 from typing import Any
@@ -50,6 +49,7 @@ from django.utils.module_loading import import_string
 
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
+from django_outbox.extensions import Exchange, Post
 from django_outbox.payments.challenge import SCHEMES, parse_challenge
 from django_outbox.payments.clients import Payment, PaymentClient, PaymentState
 from django_outbox.payments.errors import (
@@ -103,19 +103,18 @@ class PaymentJob:
     #: own invoice, so a 402 met there is a payment to make, never a reason to wait.
     per_message: bool = False
 
+    @property
+    def urgent(self) -> bool:
+        """Whether it carries a payment attempt of its own (to pay, or paid): it goes
+        first, on the engine's urgent loop, and in no host's line.  A paid message does
+        not wait behind unpaid ones, and what bounds its host's payments is the ledger's
+        slots (``MAX_PARALLEL_PER_HOST``), not ``OUTBOX_PER_HOST``: most of its time is
+        the node's, not the host's."""
+        return self.open is not None
 
-@dataclass(frozen=True)
-class Exchange:
-    """What :func:`exchange` made of an attempt: an answer to judge as usual
-    (``result`` None), or a result decided here; ``report`` for the recorder either way."""
-
-    response: Response | None = None
-    result: AttemptResult | None = None
-    status: int | None = None
-    error: str = ""
-    report: PaymentReport | None = None
-    #: Seconds to wait, for a delivery held without a request.
-    held_for: float | None = None
+    async def exchange(self, url: str, size: int, post: Post) -> Exchange:
+        """The attempt, paying and presenting tokens: :func:`exchange`."""
+        return await exchange(self, url, size, post)
 
 
 _clients: dict[int, tuple[PaymentSettings, PaymentClient]] = {}
@@ -307,9 +306,7 @@ def challenge_of(job: PaymentJob, url: str, size: int, response: Response) -> Ex
     )
 
 
-async def exchange(
-    job: PaymentJob, url: str, size: int, post: Callable[[str | None], Awaitable[Response]]
-) -> Exchange:
+async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange:
     """One attempt at ``url`` with payments: ``post(authorization)`` sends the request
     (or none, held, when this process met a payable 402 there a moment ago).
 

@@ -61,7 +61,7 @@ def settled_args(row: Delivery, outcome: Outcome) -> dict[str, Any]:
         "tag": row.message.tag,
         "outcome": outcome.result.value,
         "status": outcome.status,
-        "amount_msat": outcome.payment.paid_msat if outcome.payment else 0,
+        "amount_msat": outcome.report.paid_msat if outcome.report else 0,
     }
 
 

@@ -14,12 +14,12 @@ import os
 import secrets
 import socket
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.db import connection
 
-from django_outbox.models import Delivery, DeliveryState, Host, Message, Signing
+from django_outbox.models import Delivery, DeliveryState, Host, Message
+from django_outbox.values.claimed import ClaimedRow, MessageData
 
 _counter = itertools.count()
 _owner: tuple[int, str] | None = None
@@ -43,24 +43,6 @@ def new_token() -> str:
     return f"{owner_name()}:{next(_counter)}"
 
 
-class ClaimedRow(NamedTuple):
-    """One delivery as its claim returned it: what sending and recording it need."""
-
-    id: int
-    message_id: int
-    inbox: str
-    #: The inbox's host name (see ``Delivery.host``), which caps and breakers count by.
-    host: str
-    #: Gateways to try in order (portable inboxes), or empty.
-    via: list[str]
-    lane: str
-    ordering_key: str
-    #: Attempts spent, this one included.
-    attempts: int
-    #: The claim's token, which every write of the attempt's outcome is conditional on.
-    token: str
-
-
 #: The columns a claim returns, in :class:`ClaimedRow` order (the token is the claim's).
 CLAIMED_COLUMNS = ("id", "message_id", "inbox", "host", "via", "lane", "ordering_key", "attempts")
 
@@ -77,26 +59,6 @@ def _json_list(value: object) -> list[str]:
     """The ``via`` column as a list: PostgreSQL decodes JSON, SQLite returns text."""
     decoded = json.loads(value) if isinstance(value, str) else value
     return [str(url) for url in decoded] if isinstance(decoded, list) else []
-
-
-class MessageData(NamedTuple):
-    """The parts of a stored message that sending and recording need."""
-
-    id: int
-    sender: str
-    body: bytes
-    body_sha256: bytes
-    content_type: str
-    deadline: datetime | None
-    activity_type: str
-    synchronize_collection: bool
-    max_attempts: int
-    #: When ``send`` stored it: the start of each delivery's send-to-settle time.
-    created_at: datetime | None = None
-    #: How its deliveries are signed: a :class:`~django_outbox.models.Signing` value.
-    signing: str = Signing.HTTP_SIGNATURES.value
-    #: The ``webhook-id`` of every attempt (webhooks), or ``""``.
-    webhook_id: str = ""
 
 
 def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:

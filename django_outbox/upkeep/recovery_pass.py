@@ -18,10 +18,9 @@ nothing but the sweeper's housekeeping:
   published again (:mod:`django_outbox.broker.lost`);
 - due deliveries without a message (parked retries, a broker that was down)
   are published, as the sweeper does;
-- pending payments of finished deliveries are resolved by asking the node
-  (:func:`~django_outbox.payments.recovery.resolve_orphans_now`, within a budget),
-  so that their hosts are not held until the next sweep;
-- ``delivery_failed`` signals a dying process never sent are sent.
+- ``delivery_failed`` signals a dying process never sent are sent;
+- the steps of the active extensions run
+  (:meth:`~django_outbox.extensions.Extension.recovery_steps`).
 
 Every step is conditional (a row moved meanwhile is left alone) and a message
 published twice finds its rows claimed, so two processes that both believe
@@ -43,8 +42,8 @@ from django_outbox.broker.publish import (
     restore_canary,
 )
 from django_outbox.conf import conf
+from django_outbox.extensions.registry import active
 from django_outbox.models import Lane
-from django_outbox.payments.recovery import resolve_orphans_now
 from django_outbox.store import reclaim
 from django_outbox.store.queries import STEP
 from django_outbox.upkeep.operations import take_back
@@ -113,7 +112,8 @@ def recover(*, judge_owners: bool, part: Steps | None = None) -> dict[str, int]:
     if judge_owners:
         steps = {"reclaimed": reclaim_dead, "lapsed": reclaim_lapsed, **steps}
     steps["signals"] = resend_signals
-    steps["payments"] = resolve_orphans_now
+    for extension in active():
+        steps.update(extension.recovery_steps())
     counts = run_steps(steps, "recovery", part)
     if any(counts.values()):
         logger.info("recovery: %s", counts)

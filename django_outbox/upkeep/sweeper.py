@@ -5,11 +5,10 @@ passed; reclaims deliveries whose lease lapsed (their worker died), failing
 those that have spent every attempt; dispatches deliveries that are due and
 have no Celery message (parked retries, a broker that was down or flushed);
 re-runs large fan-outs whose expansion was lost; frees ordered deliveries
-left waiting; resolves payments of finished deliveries (``OUTBOX_PAYMENTS``);
-sends the ``delivery_failed`` signals of give-ups whose process died before it
-could; and prunes finished rows past the retention period (payment attempts once
-their delivery is pruned, heartbeats of processes dead for an hour, host pauses
-whose end has passed).  Every
+left waiting; sends the ``delivery_failed`` signals of give-ups whose process
+died before it could; prunes finished rows past the retention period (heartbeats
+of processes dead for an hour, host pauses whose end has passed); and runs the
+steps of the active extensions (:meth:`~django_outbox.extensions.Extension.sweep_steps`).  Every
 change of state is made in :mod:`django_outbox.store`.
 
 Beat runs it every ``OUTBOX_SWEEP_INTERVAL`` seconds.  What must not wait that
@@ -25,8 +24,7 @@ from collections.abc import Callable
 from django_outbox.broker.publish import publish, restart_expansions, take_undispatched
 from django_outbox.conf import conf
 from django_outbox.destinations.pauses import end_lapsed_pauses
-from django_outbox.payments import ledger
-from django_outbox.payments.recovery import resolve_orphans
+from django_outbox.extensions.registry import active
 from django_outbox.store import heartbeats, queries, reclaim, transitions
 from django_outbox.upkeep.operations import give_up, resend_failed_signals, take_back
 from django_outbox.upkeep.passes import Steps, run_steps
@@ -68,12 +66,6 @@ def free_waiting() -> int:
     return sum(map(len, lanes.values()))
 
 
-def resolve_payments() -> int:
-    """Ask the node about the pending payments of finished deliveries."""
-    settings = conf.PAYMENTS
-    return resolve_orphans(settings) if settings is not None else 0
-
-
 def sweep(part: Steps | None = None) -> dict[str, int]:
     """One full pass; returns how many rows each step touched.  Each step runs whatever
     the others did, as a step of ``part`` when given (the sweep task's, supervised)."""
@@ -83,13 +75,13 @@ def sweep(part: Steps | None = None) -> dict[str, int]:
         "dispatched": dispatch_due,
         "expanded": expand_lost,
         "freed": free_waiting,
-        "payments": resolve_payments,
         "signals": resend_signals,
         "pruned": transitions.prune,
-        "pruned_payments": _prune_payments,
         "pruned_heartbeats": heartbeats.prune,
         "pauses_ended": end_lapsed_pauses,
     }
+    for extension in active():
+        steps.update(extension.sweep_steps())
     counts = run_steps(steps, "sweep", part)
     if any(counts.values()):
         logger.info("sweep: %s", counts)
@@ -99,7 +91,3 @@ def sweep(part: Steps | None = None) -> dict[str, int]:
 def resend_signals() -> int:
     """Send the ``delivery_failed`` signals of give-ups whose process died first."""
     return resend_failed_signals(SIGNAL_GRACE)
-
-
-def _prune_payments() -> int:
-    return ledger.prune(conf.RETENTION_SECONDS)

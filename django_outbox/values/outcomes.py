@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
-from django_outbox.payments.reports import PaymentReport
-from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.values.claimed import ClaimedRow, MessageData
 
 
 def permanent_status(status: int) -> bool:
@@ -51,12 +51,13 @@ class AttemptResult(StrEnum):
     HELD = "held"
     RELEASED = "released"
     EXPIRED = "expired"
-    #: A 402 whose invoice is now stored: tried again at once, to pay it.
+    #: Tried again at once: what the host asked for first (a 402's invoice) is stored,
+    #: to be paid by the next attempt.
     PAYING = "paying"
 
 
-#: Results of claims whose attempt is given back: nothing was sent, or a 402 asked to be
-#: paid first (payments have a cap of their own, ``MAX_PAYMENTS_PER_DELIVERY``).
+#: Results of claims whose attempt is given back: nothing was sent, or the host asked for
+#: something first (an extension bounds those tries itself).
 UNSPENT_RESULTS = frozenset(
     (
         AttemptResult.HELD,
@@ -68,15 +69,24 @@ UNSPENT_RESULTS = frozenset(
 )
 
 
+class AttemptReport(Protocol):
+    """What an extension that took part in an attempt reports of it, for its own
+    :meth:`~django_outbox.extensions.Extension.record`."""
+
+    @property
+    def paid_msat(self) -> int:
+        """What the attempt cost, in millisatoshi (``delivery_settled``'s ``amount_msat``)."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The result of one attempt at one claimed delivery.
 
     ``row`` and ``message`` are what the claim returned and what was sent;
     ``retry_after`` is what the server asked with ``Retry-After`` and
-    ``held_for`` how long an open breaker (or a payment) asks to wait, both in
+    ``held_for`` how long an open breaker (or an extension) asks to wait, both in
     seconds.  The next four say what the attempt did, for its history and the
-    metrics; ``payment`` what the attempt paid, or asks the recorder to store;
+    metrics; ``report`` what an extension that took part has to record;
     ``released`` the hosts whose held deliveries may come back now.
     """
 
@@ -97,7 +107,7 @@ class Outcome:
     #: or ``error``; :data:`INTERNAL` when the worker failed; ``""`` when an answer came
     #: or no request was made.
     failure: str = ""
-    payment: PaymentReport | None = None
+    report: AttemptReport | None = None
     released: tuple[str, ...] = ()
 
     @property
@@ -115,8 +125,8 @@ class Outcome:
 def internal_error(
     row: ClaimedRow, message: MessageData, what: str, error: BaseException | str
 ) -> Outcome:
-    """A retry of ``row`` because the worker failed at ``what``: no request counts, no
-    payment is reported (what was paid is found again by the node's lookup)."""
+    """A retry of ``row`` because the worker failed at ``what``: no request counts, and
+    no extension's report goes with it (an extension finds again what it did)."""
     detail = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return Outcome(
         row, message, AttemptResult.RETRY, error=f"internal: {what}: {detail}", failure=INTERNAL

@@ -5,11 +5,11 @@ It asks the circuit breaker, signs, POSTs, and turns what happened into an
 the scheme its origin is known to accept, and knocks again with the other
 scheme on a 400 or 401; a webhook is signed with every secret of its endpoint
 (Standard Webhooks), afresh for each attempt, with its message's unchanging
-``webhook-id``.  With ``OUTBOX_PAYMENTS`` set,
-:func:`~django_outbox.payments.paying.exchange` makes the POST, paying and
-presenting L402 tokens.  It touches no database: the recorder saves the
-outcome.  What may block (a breaker kept in Redis, the shared cache of
-schemes, a payment client) runs on the loop's executor, and only when this
+``webhook-id``.  A delivery that an extension takes part in carries its
+:class:`~django_outbox.extensions.Ticket`, through which the POST is made.  It
+touches no database: the recorder saves the outcome.  What may block (a breaker
+kept in Redis, the shared cache of schemes, an extension's client) runs on the
+loop's executor, and only when this
 process's own copy cannot answer; the breaker questions of one turn of the
 loop go together (:mod:`~django_outbox.worker.breaker_turns`).
 """
@@ -30,13 +30,11 @@ from django_outbox.breakers.policy import hold_error
 from django_outbox.conf import conf
 from django_outbox.destinations.backoff import throttle_for
 from django_outbox.exceptions import InvalidInbox
-from django_outbox.payments.paying import PaymentJob, exchange
-from django_outbox.payments.reports import PaymentReport
+from django_outbox.extensions import Ticket
 from django_outbox.sending.keys import SenderKey
 from django_outbox.signing import Scheme, fallback_scheme, sign_headers
 from django_outbox.signing.schemes import remember_here, remembered, remembered_here, share
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME, WebhookKeys, sign_webhook
-from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import (
     BlockedAddress,
     ConnectFailed,
@@ -48,7 +46,8 @@ from django_outbox.transport import (
     retry_after_seconds,
 )
 from django_outbox.transport.target import parse_target
-from django_outbox.values.outcomes import AttemptResult, Outcome, server_failed
+from django_outbox.values.claimed import ClaimedRow, MessageData
+from django_outbox.values.outcomes import AttemptReport, AttemptResult, Outcome, server_failed
 from django_outbox.worker import breaker_turns
 
 
@@ -63,20 +62,17 @@ class Job:
     #: Monotonic time after which it is given back unsent: its lease could lapse mid-send.
     send_by: float
     extra_headers: Mapping[str, str] = field(default_factory=dict)
-    #: What to pay and present, when ``OUTBOX_PAYMENTS`` is set.
-    payment: PaymentJob | None = None
+    #: What an extension that takes part in the attempt handed it at the claim.
+    ticket: Ticket | None = None
     #: Monotonic time by which the attempt must have ended, whatever it waits for: a
     #: little before its lease lapses, after which another worker may send it.
     finish_by: float = math.inf
 
     @property
-    def pays(self) -> bool:
-        """Whether it carries a payment attempt of its own (to pay, or paid): it goes
-        first, on the engine's urgent loop, and in no host's line.  A paid message does
-        not wait behind unpaid ones, and what bounds its host's payments is the ledger's
-        slots (``MAX_PARALLEL_PER_HOST``), not ``OUTBOX_PER_HOST``: most of its time is
-        the node's, not the host's."""
-        return self.payment is not None and self.payment.open is not None
+    def urgent(self) -> bool:
+        """Whether its ticket says it goes first, on the engine's urgent loop, and in no
+        host's line (a paid message does not wait behind unpaid ones)."""
+        return self.ticket is not None and self.ticket.urgent
 
     def outcome(
         self,
@@ -184,7 +180,7 @@ class _Ending(NamedTuple):
     retry_after: float | None = None
     held_for: float | None = None
     failure: str = ""
-    payment: PaymentReport | None = None
+    report: AttemptReport | None = None
     #: The host whose held deliveries may come back now, or ``""``.
     released: str = ""
 
@@ -212,13 +208,13 @@ async def perform(
     for url in job.row.via or [job.row.inbox]:
         ending = await _attempt_at(job, url, transport, breakers, policy, sent)
         released += [ending.released] if ending.released else []
-        if ending.result is AttemptResult.DELIVERED or ending.payment is not None:
-            break  # delivered, or a payment to record before any other gateway is tried
+        if ending.result is AttemptResult.DELIVERED or ending.report is not None:
+            break  # delivered, or a report to record before any other gateway is tried
     duration = time.perf_counter() - began
-    result, status, error, retry_after, held_for, failure, payment, _ = ending
+    result, status, error, retry_after, held_for, failure, report, _ = ending
     return Outcome(
         job.row, job.message, result, status, error, retry_after, held_for,
-        started_at, duration, tuple(sent), failure, payment, tuple(released),
+        started_at, duration, tuple(sent), failure, report, tuple(released),
     )  # fmt: skip
 
 
@@ -252,8 +248,8 @@ async def _attempt_at(
         if admission.kind == "held":
             error = hold_error(admission.why, policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
-    if job.payment is not None:
-        ending = await _paid_attempt(job, job.payment, url, transport, sent)
+    if job.ticket is not None:
+        ending = await _ticketed_attempt(job, job.ticket, url, transport, sent)
     else:
         try:
             response = await _signed_post(transport, job, url, sent)
@@ -272,19 +268,17 @@ async def _attempt_at(
     return ending
 
 
-async def _paid_attempt(
-    job: Job, payment: PaymentJob, url: str, transport: Transport, sent: list[str]
+async def _ticketed_attempt(
+    job: Job, ticket: Ticket, url: str, transport: Transport, sent: list[str]
 ) -> _Ending:
-    """An attempt that may pay: :func:`~django_outbox.payments.paying.exchange` POSTs."""
+    """An attempt that an extension takes part in: its ticket makes the POST."""
     size = len(job.message.body)
 
     async def post(authorization: str | None) -> Response:
         return await _signed_post(transport, job, url, sent, authorization)
 
-    done = await exchange(payment, url, size, post)
+    done = await ticket.exchange(url, size, post)
     if done.response is not None:
-        return _judge(done.response)._replace(payment=done.report)
+        return _judge(done.response)._replace(report=done.report)
     assert done.result is not None
-    return _Ending(
-        done.result, done.status, done.error, held_for=done.held_for, payment=done.report
-    )
+    return _Ending(done.result, done.status, done.error, held_for=done.held_for, report=done.report)

@@ -19,10 +19,11 @@ from django.utils import timezone
 
 from django_outbox.conf import conf
 from django_outbox.models import Delivery, DeliveryState, Lane
-from django_outbox.store.claimed import ClaimedRow, new_token
+from django_outbox.store.claimed import new_token
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.queries import not_yet_due
 from django_outbox.store.transitions import claim
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.worker.attempt import Job
 from django_outbox.worker.process import ProcessUnfit, WorkerProcess, give_back, this_process
 from django_outbox.worker.recorder import Release

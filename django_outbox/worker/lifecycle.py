@@ -23,8 +23,8 @@ import os
 import threading
 
 from django_outbox.conf import conf
-from django_outbox.payments.threads import stop_payment_threads
-from django_outbox.store.claimed import ClaimedRow
+from django_outbox.extensions.registry import active
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.worker.heartbeat import current_heart, start_heart, stop_heart
 from django_outbox.worker.process import (
     current_process,
@@ -59,10 +59,11 @@ def start_worker_process() -> None:
 
 def stop_worker_process(timeout: float) -> None:
     """A warm shutdown: stop watching, stop the engine (``timeout`` for what runs), the
-    payment threads, then the heart."""
+    extensions' threads, then the heart."""
     this_supervisor().stop()
     stop_this_process(timeout)
-    stop_payment_threads()
+    for extension in active():
+        extension.worker_stopping()
     stop_heart()
 
 

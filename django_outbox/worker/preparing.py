@@ -25,16 +25,14 @@ from django_outbox.conf import conf
 from django_outbox.destinations.availability import unavailable_hosts
 from django_outbox.destinations.endpoint_health import disabled_endpoints, skip_reason
 from django_outbox.destinations.pauses import paused_hosts
+from django_outbox.extensions.registry import active, tickets
 from django_outbox.models import Signing
-from django_outbox.payments.claims import payment_jobs
-from django_outbox.payments.reports import PAID_AT_CLAIM
 from django_outbox.sending.keys import SenderKey
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookKeys, as_webhook_keys
-from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.store.transitions import park
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.worker.attempt import Job
-from django_outbox.worker.recorder import park_payment_holds
 
 logger = logging.getLogger("django_outbox.worker")
 
@@ -149,12 +147,11 @@ def prepare_jobs(
     its key (or whose endpoint its webhook secret) is refused, and one whose
     webhook secret does not parse, or whose resolver raised or did not answer, is
     retried (an internal error).  ``messages`` holds the message of every claimed row.
-    With ``OUTBOX_PAYMENTS`` set, each job carries its delivery's open payment attempt
-    and its host's kept token, and the deliveries whose host another one is paying are
-    parked until their hold ends, in one statement (no outcome: a hold is not an
+    Each job carries the ticket of the extension that takes part in it, if any; the
+    deliveries an extension holds back are parked by it (no outcome: a hold is not an
     attempt), unless their batch's deadline comes first.
     """
-    payments, wait = payment_jobs(claimed)
+    found = tickets(claimed)
     now = timezone.now()
     unavailable = unavailable_hosts()
     disabled = disabled_endpoints()
@@ -190,8 +187,8 @@ def prepare_jobs(
             if isinstance(signer, str):
                 settle(Outcome(row, message, AttemptResult.REFUSED, error=signer))
                 continue
-            if row.id in wait:
-                error, held_for = PAID_AT_CLAIM, wait[row.id]
+            if row.id in found.holds:
+                error, held_for = found.holds[row.id]
                 holds.append(
                     Outcome(row, message, AttemptResult.HELD, error=error, held_for=held_for)
                 )
@@ -204,9 +201,12 @@ def prepare_jobs(
             logger.warning("could not prepare delivery %s: %r", row.id, error)
             settle(internal_error(row, message, "preparing the delivery", error))
             continue
-        jobs.append(Job(row, message, signer, send_by, extra, payments.get(row.id), finish_by))
+        ticket = found.tickets.get(row.id)
+        jobs.append(Job(row, message, signer, send_by, extra, ticket, finish_by))
     # Parked at once; a hold past its batch's deadline goes to the recorder, to fail.
-    for outcome in park_payment_holds(holds):
+    for extension in active():
+        holds = extension.park(holds)
+    for outcome in holds:
         settle(outcome)
     for why, rows in parked.items():
         park(rows, why)

@@ -38,11 +38,12 @@ from django_outbox.models import Lane, Signing
 from django_outbox.sending.keys import SenderKey
 from django_outbox.signing.schemes import recall
 from django_outbox.signing.webhooks import WebhookKeys
-from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages
+from django_outbox.store.claimed import load_messages
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import release, release_claim
 from django_outbox.transport import Transport
 from django_outbox.transport.loops import loop_factory
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.worker.attempt import Job, first_origins, perform
 from django_outbox.worker.callbacks import Remembered, call_each
@@ -101,8 +102,8 @@ class WorkerProcess:
         self.tasks = Part("task", stall)
         self.engine: Engine[Job] = Engine(
             self._send,
-            host_of=lambda job: None if job.pays else job.row.host,
-            urgent=lambda job: job.pays or job.row.lane == Lane.PRIORITY,
+            host_of=lambda job: None if job.urgent else job.row.host,
+            urgent=lambda job: job.urgent or job.row.lane == Lane.PRIORITY,
             concurrency=conf.CONCURRENCY,
             per_host=conf.PER_HOST,
             max_in_flight=conf.MAX_IN_FLIGHT,

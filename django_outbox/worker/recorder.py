@@ -18,27 +18,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import NamedTuple, TypeVar
 
 from django.db import connections
-from django.utils import timezone
 
 from django_outbox.broker.publish import publish
 from django_outbox.conf import conf
-from django_outbox.destinations.backoff import held_until
+from django_outbox.extensions.registry import active
 from django_outbox.metrics.recording import record_batch
-from django_outbox.models import Lane, Signing
-from django_outbox.payments.ledger import record_payments
-from django_outbox.payments.reports import PARKED_HOLDS
+from django_outbox.models import Signing
 from django_outbox.signals.sending import AttemptSignals
 from django_outbox.signing.schemes import share_learnt
-from django_outbox.store.claimed import ClaimedRow
 from django_outbox.store.holds import release_held
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import (
     OutcomePlan,
-    park,
     plan_outcomes,
     promote_successors,
     release_claim,
@@ -59,11 +53,9 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
 
     The signals go first, as the rows are still claimed: a process that dies
     before saving leaves the deliveries to be sent again, and their signals
-    sent again, which is what makes them at least once.  Payment reports are
-    written before either (:func:`~django_outbox.payments.ledger.record_payments`),
-    and may turn an outcome into a hold or a refusal; the holds while a host is paid
-    are then parked (:func:`park_payment_holds`), and the deliveries parked for a host
-    whose payment ended are published on the priority lane at once.  Returns the plan, whose
+    sent again, which is what makes them at least once.  The active extensions record
+    their reports before either (:meth:`~django_outbox.extensions.Extension.record`),
+    and may turn an outcome into a hold or a refusal.  Returns the plan, whose
     retries and successors :func:`publish_effects` publishes once it is saved.
     What was saved is counted for the metrics.  The signature schemes hosts accepted
     are told to the shared cache first (:func:`~django_outbox.signing.schemes.share_learnt`),
@@ -71,12 +63,8 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     """
     share_learnt()
     outcomes = _unless_senders_gone(outcomes)
-    payments = conf.PAYMENTS
-    if payments is not None:
-        # Committed first: what was paid is kept even if the claim was lost meanwhile.
-        recorded = record_payments(outcomes, payments)
-        publish({Lane.PRIORITY: recorded.released})
-        outcomes = park_payment_holds(recorded.outcomes)
+    for extension in active():
+        outcomes = extension.record(outcomes)
     plan = plan_outcomes(outcomes)
     signals = AttemptSignals()
     for outcome, fields in plan.decided:
@@ -85,27 +73,6 @@ def apply_outcomes(outcomes: Sequence[Outcome]) -> OutcomePlan:
     save_outcomes(plan)
     record_batch(outcomes, plan.decided)
     return plan
-
-
-def park_payment_holds(outcomes: Sequence[Outcome]) -> list[Outcome]:
-    """``outcomes`` but those held while their host is paid, which are parked until their
-    hold ends, in one statement per reason: no history row, no signal, no message (a
-    hold is not an attempt).  A hold that would end past its batch's deadline stays, to
-    fail the delivery.  The claim calls it for the deliveries it holds, the recorder
-    for the holds met after the claim."""
-    now = timezone.now()
-    parked: dict[str, list[tuple[ClaimedRow, datetime]]] = {}
-    kept: list[Outcome] = []
-    for outcome in outcomes:
-        if outcome.result is AttemptResult.HELD and outcome.error in PARKED_HOLDS:
-            due = held_until(now, outcome.held_for or 0.0, outcome.message.deadline).retry_at
-            if due is not None:
-                parked.setdefault(outcome.error, []).append((outcome.row, due))
-                continue
-        kept.append(outcome)
-    for error, rows in parked.items():
-        park(rows, error)
-    return kept
 
 
 def publish_effects(plan: OutcomePlan) -> None:

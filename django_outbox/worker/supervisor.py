@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from django_outbox.store.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow
 
 logger = logging.getLogger("django_outbox.supervisor")
 

@@ -7,7 +7,7 @@ from typing import Any
 from django.db.models import Count, F, Max, Sum
 from django.db.models.functions import Coalesce
 
-from django_outbox.models import PaymentAttempt
+from django_outbox.payments.models import PaymentAttempt
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.l402_inbox import L402Gate, Mode
 from testproject.lightning.lnd import FakeLndServer

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Lane, Message
 from django_outbox.sending.fanout import store_pending
-from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from testproject.demo.keys import ACTOR
 
 _numbers = itertools.count(1)

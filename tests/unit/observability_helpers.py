@@ -19,8 +19,9 @@ from django_outbox.metrics.collectors import OutboxCollector
 from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Delivery, DeliveryState, Message
 from django_outbox.status.timeline import forget_ended_hours
-from django_outbox.store.claimed import ClaimedRow, load_messages
+from django_outbox.store.claimed import load_messages
 from django_outbox.store.transitions import claim
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.values.outcomes import AttemptResult, Outcome
 from testproject.demo.keys import ACTOR
 

@@ -20,8 +20,8 @@ from django.utils import timezone
 from django_outbox.breakers import BreakerPolicy, MemoryBreakerStore
 from django_outbox.breakers.configured import configured_policy
 from django_outbox.models import Delivery, DeliveryState, Lane
-from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.transport import Transport
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.worker.attempt import Job, perform
 from django_outbox.worker.claiming import run_deliveries

@@ -107,7 +107,7 @@ def test_permanent_statuses() -> None:
 
 def test_an_internal_error_comes_back_soon_and_still_spends_its_attempts() -> None:
     from django_outbox.destinations.backoff import INTERNAL_RETRY_BASE, decide
-    from django_outbox.store.claimed import ClaimedRow, MessageData
+    from django_outbox.values.claimed import ClaimedRow, MessageData
     from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
 
     def failed(attempts: int, max_attempts: int = 16) -> Outcome:

@@ -21,7 +21,7 @@ from django_outbox.destinations.availability import (
 )
 from django_outbox.models import Host
 from django_outbox.signals import host_available, host_unavailable
-from django_outbox.store.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.values.outcomes import AttemptResult, Outcome
 
 

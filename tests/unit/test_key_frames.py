@@ -22,7 +22,7 @@ from django_outbox.exceptions import InvalidSenderKey
 from django_outbox.sending import keys
 from django_outbox.sending.keys import InvalidSigningKey, SenderKey
 from django_outbox.signing import Scheme, sign_headers
-from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.worker.attempt import Job, perform
 from testproject.demo.keys import ACTOR
 from tests.unit.keys_for_tests import KEY_ID, ec_pem, encrypted_pem, garbage_pem, resolver_returning

@@ -17,7 +17,8 @@ from django_outbox import outbox
 from django_outbox.breakers import BreakerState
 from django_outbox.metrics import destinations, recording
 from django_outbox.metrics.collectors import breaker_families
-from django_outbox.models import DeliveryState, PaymentAttempt
+from django_outbox.models import DeliveryState
+from django_outbox.payments.models import PaymentAttempt
 from testproject.demo.keys import ACTOR
 from tests.unit.observability_helpers import deliveries, exposition, memory_only
 from tests.unit.outbox_helpers import ACTIVITY, inboxes

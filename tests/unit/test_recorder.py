@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Host, Message
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled
-from django_outbox.store.claimed import ClaimedRow, MessageData
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.worker.recorder import Recorder, apply_outcomes
 from testproject.demo.keys import ACTOR

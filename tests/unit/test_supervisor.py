@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from django_outbox.store.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.worker import supervisor as supervision
 from django_outbox.worker.supervisor import Part, Supervisor
 

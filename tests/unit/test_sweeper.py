@@ -283,10 +283,8 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
         "dispatched": 1,
         "expanded": 1,
         "freed": 1,
-        "payments": 0,
         "signals": 1,
         "pruned": 1,
-        "pruned_payments": 0,
         "pruned_heartbeats": 1,
         "pauses_ended": 1,
     }
@@ -304,13 +302,13 @@ def test_a_sweep_step_that_raises_leaves_the_others_to_run(
     def unreadable() -> int:
         raise OSError("the macaroon file is gone after a rotation")
 
-    monkeypatch.setattr(sweeper, "resolve_payments", unreadable)
+    monkeypatch.setattr(sweeper, "free_waiting", unreadable)
     monkeypatch.setattr(sweeper, "fail_expired", unreadable)
     parked = delivery(message(), QUEUED, dispatched_at=None)
     Heartbeat.objects.create(name="gone:1:0", beat_at=ago(2 * LONG_AGO))
     with caplog.at_level(logging.WARNING):
         counts = sweeper.sweep()
-    assert (counts["expired"], counts["payments"]) == (0, 0)
+    assert (counts["expired"], counts["freed"]) == (0, 0)
     assert (counts["dispatched"], counts["pruned_heartbeats"]) == (1, 1)
-    assert "sweep step 'payments' failed: OSError" in caplog.text
+    assert "sweep step 'freed' failed: OSError" in caplog.text
     assert published(broker) == {Lane.DEFAULT: {parked.pk}}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.test import override_settings
 
-from django_outbox.store.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.worker import lifecycle
 from django_outbox.worker.supervisor import Part, Supervisor
 

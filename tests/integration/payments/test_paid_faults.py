@@ -13,7 +13,8 @@ import time
 import pytest
 
 from django_outbox import outbox
-from django_outbox.models import Delivery, DeliveryState, PaymentAttempt
+from django_outbox.models import Delivery, DeliveryState
+from django_outbox.payments.models import PaymentAttempt
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
 from testproject.lightning.l402_inbox import L402Gate, Mode

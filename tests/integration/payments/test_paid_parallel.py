@@ -15,7 +15,8 @@ from collections import Counter
 
 import pytest
 
-from django_outbox.models import DeliveryState, PaymentAttempt, PaymentHost
+from django_outbox.models import DeliveryState
+from django_outbox.payments.models import PaymentAttempt, PaymentHost
 from testproject.lightning.l402_inbox import Mode
 from testproject.lightning.node import FakeNode, NodePayment, Refused
 from tests.integration.payments.network import Lightning, Start, send, settled, states

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from django_outbox.models import Delivery, DeliveryState, PaymentAttempt
+from django_outbox.models import Delivery, DeliveryState
+from django_outbox.payments.models import PaymentAttempt
 from testproject.demo.models import SignalLog
 from testproject.inbox_servers import Behaviour, InboxServer
 from testproject.lightning.issuer import InvoiceIssuer

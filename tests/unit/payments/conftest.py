@@ -17,8 +17,9 @@ from django.test import override_settings
 
 from django_outbox import outbox
 from django_outbox.conf import conf
-from django_outbox.models import Delivery, PaymentAttempt
+from django_outbox.models import Delivery
 from django_outbox.payments import claims, paying
+from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.paying import payment_client
 from django_outbox.worker import process as worker_process
 from testproject.lightning.cln import FakeClnServer

@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.models import Delivery, DeliveryState, PaymentAttempt, PaymentBudget
+from django_outbox.models import Delivery, DeliveryState
+from django_outbox.payments.models import PaymentAttempt, PaymentBudget
 from testproject.demo.keys import ACTOR
 
 pytestmark = pytest.mark.django_db

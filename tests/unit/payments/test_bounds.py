@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from django_outbox import outbox
-from django_outbox.models import Delivery, PaymentAttempt
+from django_outbox.models import Delivery
 from django_outbox.payments.clients.lnd import LndRestClient
 from django_outbox.payments.errors import InvoiceRefused, Reason
 from django_outbox.payments.invoices import (
@@ -29,12 +29,14 @@ from django_outbox.payments.invoices import (
     check_invoice,
 )
 from django_outbox.payments.ledger import record_payments, settle
+from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.paying import Exchange, PaymentJob, challenge_of
 from django_outbox.payments.reports import Challenge, Change, PaymentReport, Settlement
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings, problems
-from django_outbox.store.claimed import ClaimedRow, MessageData, load_messages, new_token
+from django_outbox.store.claimed import load_messages, new_token
 from django_outbox.store.transitions import claim
 from django_outbox.transport import Response
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome
 from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
@@ -174,7 +176,7 @@ def stored(found: Exchange | Challenge, claimed: tuple[ClaimedRow, MessageData])
         refused_with_a_reason(found)
         return
     row, message = claimed
-    outcome = Outcome(row, message, AttemptResult.PAYING, payment=PaymentReport(challenge=found))
+    outcome = Outcome(row, message, AttemptResult.PAYING, report=PaymentReport(challenge=found))
     with transaction.atomic():
         [recorded] = record_payments([outcome], SETTINGS).outcomes
         if recorded.result is AttemptResult.HELD:

@@ -187,11 +187,12 @@ def test_a_worker_imports_the_decoder_as_it_starts_when_payments_are_on(
     monkeypatch: pytest.MonkeyPatch, lnd: FakeLndServer
 ) -> None:
     import django_outbox.tasks as tasks
+    from django_outbox.payments import extension
 
     loaded: list[bool] = []
-    monkeypatch.setattr(tasks, "load_decoder", lambda: loaded.append(True))
-    tasks._load_invoice_decoder()
+    monkeypatch.setattr(extension, "load_decoder", lambda: loaded.append(True))
+    tasks._start_extensions()
     assert loaded == [], "payments off: nothing to import"
     with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
-        tasks._load_invoice_decoder()
+        tasks._start_extensions()
     assert loaded == [True]

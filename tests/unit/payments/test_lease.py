@@ -22,6 +22,7 @@ from django.test import override_settings
 
 from django_outbox.checks import check_settings
 from django_outbox.conf import conf
+from django_outbox.payments import extension
 from django_outbox.payments.clients import Payment, PaymentStatus
 from django_outbox.payments.clients.lnd import LndRestClient
 from django_outbox.payments.paying import (
@@ -135,7 +136,7 @@ def test_a_paid_attempt_needs_no_node_call_and_no_room_for_one(
 @pytest.mark.django_db
 def test_the_claim_gives_each_job_the_end_of_its_lease(lnd: FakeLndServer) -> None:
     from django_outbox.payments.claims import payment_jobs
-    from django_outbox.store.claimed import ClaimedRow
+    from django_outbox.values.claimed import ClaimedRow
 
     row = ClaimedRow(1, 1, URL, "paid.example", [], "outbox", "", 1, "t")
     before = time.monotonic()
@@ -267,7 +268,8 @@ def test_a_worker_process_stops_its_payment_threads_as_it_stops(
 ) -> None:
     stopped: list[str] = []
     monkeypatch.setattr(lifecycle, "stop_this_process", lambda timeout: stopped.append("engine"))
-    monkeypatch.setattr(lifecycle, "stop_payment_threads", lambda: stopped.append("threads"))
+    monkeypatch.setattr(extension, "stop_payment_threads", lambda: stopped.append("threads"))
+    monkeypatch.setattr(lifecycle, "active", lambda: (extension.PAID_PUSH,))
     monkeypatch.setattr(lifecycle, "stop_heart", lambda: stopped.append("heart"))
     lifecycle.stop_worker_process(1.0)
     assert stopped == ["engine", "threads", "heart"]

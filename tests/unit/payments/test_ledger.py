@@ -17,16 +17,10 @@ from django.dispatch import Signal
 from django.test import override_settings
 from django.utils import timezone
 
-from django_outbox.models import (
-    Attempt,
-    Delivery,
-    DeliveryState,
-    PaymentAttempt,
-    PaymentBudget,
-    PaymentHost,
-)
+from django_outbox.models import Attempt, Delivery, DeliveryState
 from django_outbox.payments import paying
 from django_outbox.payments.lookups import claim_lookup, spent_today
+from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentHost
 from django_outbox.payments.reports import BOUGHT_MEANWHILE, MET_402_LATELY
 from django_outbox.signals import (
     delivery_settled,
@@ -114,7 +108,7 @@ def test_a_kept_token_opens_the_host_again_without_paying(
     [second] = send(inbox.url("/b"))
     [outcome] = round_of([second])
     assert outcome.result == "delivered"
-    assert outcome.payment is not None and outcome.payment.paid_msat == 0
+    assert outcome.report is not None and outcome.report.paid_msat == 0
     assert PaymentAttempt.objects.get(pk=token.attempt_id).uses == 2
     assert len(node.payments()) == 1
     assert token.preimage not in repr(token)
@@ -266,7 +260,7 @@ def test_without_payments_a_402_is_an_answer_like_any_other(
     [pk] = send(inbox.url())
     [outcome] = round_of([pk])
     assert outcome.status == 402
-    assert outcome.payment is None
+    assert outcome.report is None
     assert state(pk) == DeliveryState.REFUSED
     assert not PaymentBudget.objects.exists()
 

@@ -14,9 +14,9 @@ from django.test import override_settings
 from pytest_django import DjangoAssertNumQueries
 
 from django_outbox.broker.publish import use_publisher
-from django_outbox.models import PaymentAttempt
 from django_outbox.payments import recovery as payments_recovery
 from django_outbox.payments.lookups import spent_today
+from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.recovery import BUDGET, resolve_orphans_now
 from django_outbox.upkeep import recovery_pass
 from testproject.demo.keys import ACTOR

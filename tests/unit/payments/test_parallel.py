@@ -16,8 +16,9 @@ from django.db import IntegrityError, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_outbox.models import Delivery, DeliveryState, Lane, PaymentAttempt, PaymentHost
+from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.payments.lookups import claim_lookup
+from django_outbox.payments.models import PaymentAttempt, PaymentHost
 from django_outbox.payments.reports import PAID_AT_CLAIM, PAYING_ELSEWHERE
 from django_outbox.worker.recorder import apply_outcomes
 from testproject.lightning.issuer import InvoiceIssuer

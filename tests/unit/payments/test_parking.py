@@ -17,10 +17,11 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox import Batch, outbox
-from django_outbox.models import Attempt, Delivery, DeliveryState, PaymentAttempt
+from django_outbox.models import Attempt, Delivery, DeliveryState
 from django_outbox.payments import paying as paying_module
 from django_outbox.payments.claims import payment_jobs
 from django_outbox.payments.lookups import claim_lookup
+from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.reports import MET_402_LATELY, PAYING_ELSEWHERE
 from django_outbox.store.claimed import new_token
 from django_outbox.store.transitions import claim

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from django_outbox.models import Delivery, DeliveryState, Message, PaymentAttempt
+from django_outbox.models import Delivery, DeliveryState, Message
 from django_outbox.payments import ledger, paying, served_again
 from django_outbox.payments.lookups import spent_today
+from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.reports import PAYING_ELSEWHERE, STORED_MEANWHILE, Challenge
 from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer
