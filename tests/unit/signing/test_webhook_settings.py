@@ -1,4 +1,4 @@
-"""Webhook settings: the resolver's answers, and the admin (checks: test_checks.py)."""
+"""Webhook settings: the resolver's answers, and the admin (checks: tests/unit/test_checks.py)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ from django_outbox.testing.capture import OutboxCapture
 from testproject.demo.keys import ACTOR, ED_ACTOR
 from tests.unit.outbox_helpers import ACTIVITY, inboxes, receiving, unreachable_broker
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.django_db
 Capture = Callable[..., Any]  # pytest-django's django_capture_on_commit_callbacks
 

@@ -4,7 +4,8 @@ input every scheme refuses.
 RSA signatures are verified by the ``httpsig`` package (PyCryptodome underneath); it
 knows no Ed25519, so ``hs2019``/Ed25519 signatures are checked by a verifier written
 here from the draft's text with ``cryptography``.  RFC 9421 is in
-``test_signing_rfc9421.py``, keys in ``test_keys.py``.  No Django settings are needed.
+``test_signing_rfc9421.py``, keys in ``tests/unit/sending/test_keys.py``.  No Django
+settings are needed.
 """
 
 from __future__ import annotations
