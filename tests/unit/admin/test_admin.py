@@ -11,7 +11,7 @@ from django.test import Client
 from django.urls import reverse
 
 from django_outbox.models import Delivery, DeliveryState, Host
-from tests.unit.admin_helpers import POLICY, said, shared_store, some_deliveries
+from tests.support.admin_pages import POLICY, said, shared_store, some_deliveries
 
 pytestmark = pytest.mark.django_db
 
@@ -233,7 +233,7 @@ def test_breakers_in_worker_memory_are_said_to_be_out_of_sight(
 def test_the_tag_filter_offers_a_search_box_and_ten_tags_however_many_there_are(
     admin_client: Client,
 ) -> None:
-    from tests.unit.observability_helpers import message
+    from tests.support.observability import message
 
     for n in range(40):
         message(tag=f"move-{n}")

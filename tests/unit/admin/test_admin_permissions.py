@@ -14,7 +14,7 @@ from django.urls import reverse
 
 from django_outbox.breakers import MemoryBreakerStore
 from django_outbox.models import Delivery, DeliveryState, Host, Message
-from tests.unit.admin_helpers import POLICY, shared_store, some_deliveries, staff_client
+from tests.support.admin_pages import POLICY, shared_store, some_deliveries, staff_client
 
 pytestmark = pytest.mark.django_db
 

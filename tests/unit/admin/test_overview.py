@@ -20,7 +20,7 @@ from django_outbox.admin.charts import bar_chart, nice_ceiling
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.models import Attempt, DeliveryState, Heartbeat, Host
 from django_outbox.status.timeline import batches_in_progress, forget_ended_hours, timeline
-from tests.unit.observability_helpers import deliveries, memory_only, shared_breakers
+from tests.support.observability import deliveries, memory_only, shared_breakers
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from django_outbox.testing import FakeInbox, captured_sends
 from django_outbox.testing.inbox import Answer, InboxRequest
 from django_outbox.transport import ConnectFailed, TimedOut
 from testproject.demo.webhooks import SHOP
-from tests.unit.admin_helpers import said, staff_client
-from tests.unit.outbox_helpers import receiving
+from tests.support.admin_pages import said, staff_client
+from tests.support.receivers import receiving
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host
-from tests.unit.observability_helpers import deliveries, memory_only, message, shared_breakers
+from tests.support.observability import deliveries, memory_only, message, shared_breakers
 
 pytestmark = pytest.mark.django_db
 

@@ -23,7 +23,7 @@ from django_outbox.models import DeliveryState
 from django_outbox.status.snapshot import engine_usage
 from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes
-from tests.unit.observability_helpers import claimed, exposition, memory_only, outcome
+from tests.support.observability import claimed, exposition, memory_only, outcome
 
 pytestmark = pytest.mark.django_db
 

@@ -19,8 +19,8 @@ from django_outbox.metrics import destinations, recording
 from django_outbox.metrics.collectors import breaker_families
 from django_outbox.models import DeliveryState, PaymentAttempt
 from testproject.demo.keys import ACTOR
-from tests.unit.observability_helpers import deliveries, exposition, memory_only
-from tests.unit.outbox_helpers import ACTIVITY, inboxes
+from tests.support.observability import deliveries, exposition, memory_only
+from tests.support.receivers import ACTIVITY, inboxes
 
 pytestmark = pytest.mark.django_db
 

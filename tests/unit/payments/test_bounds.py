@@ -38,8 +38,7 @@ from django_outbox.transport import Response
 from django_outbox.values.outcomes import AttemptResult, Outcome
 from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
-
-from .rounds import NOTE
+from tests.support.payment_rounds import NOTE
 
 URL = "https://paid.example/inbox"
 #: The worker's settings, with the largest price a setting may name: only the bounds

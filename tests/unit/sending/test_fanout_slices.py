@@ -23,7 +23,7 @@ from django_outbox.sending.fanout import FIRST_SLICE, SLICE, SLICE_CHARS, expand
 from django_outbox.store import transitions
 from django_outbox.upkeep import sweeper
 from testproject.demo.keys import ACTOR
-from tests.unit.send_helpers import ACTIVITY, rows_written
+from tests.support.sends import ACTIVITY, rows_written
 
 pytestmark = pytest.mark.django_db
 

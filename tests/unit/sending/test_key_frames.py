@@ -25,8 +25,8 @@ from django_outbox.signing import Scheme, sign_headers
 from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.worker.attempt import Job, perform
 from testproject.demo.keys import ACTOR
-from tests.unit.keys_for_tests import KEY_ID, ec_pem, encrypted_pem, garbage_pem, resolver_returning
-from tests.unit.send_helpers import ACTIVITY, RecordingTransport
+from tests.support.sender_keys import KEY_ID, ec_pem, encrypted_pem, garbage_pem, resolver_returning
+from tests.support.sends import ACTIVITY, RecordingTransport
 
 MAKERS = {"ec": ec_pem, "encrypted": encrypted_pem, "garbage": garbage_pem}
 

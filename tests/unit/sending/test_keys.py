@@ -12,7 +12,7 @@ from django_outbox.exceptions import OutboxError
 from django_outbox.sending import keys
 from django_outbox.sending.keys import InvalidSigningKey, SenderKey, load_private_key, public_pem
 from django_outbox.signing import Scheme
-from tests.unit.signing_samples import KEY_ID, sign
+from tests.support.signing_samples import KEY_ID, sign
 
 
 def _pem(key: Any, fmt: Any = serialization.PrivateFormat.PKCS8, crypt: Any = None) -> str:

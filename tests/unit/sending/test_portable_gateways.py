@@ -16,7 +16,7 @@ from django_outbox.exceptions import InvalidInbox
 from django_outbox.models import Delivery
 from django_outbox.sending.portable import MAX_GATEWAYS
 from testproject.demo.keys import ACTOR
-from tests.unit.send_helpers import ACTIVITY, contacted_host, rows_written
+from tests.support.sends import ACTIVITY, contacted_host, rows_written
 
 DID = "did:key:z6MkrJVnaZkeFzdQyMZu1cgjg7k1pZZ6pvBQ7XJPt4swbTQ2"
 INBOX = f"ap://{DID}/actor/inbox"

@@ -32,8 +32,8 @@ from django_outbox.exceptions import (
 from django_outbox.transport import BlockedAddress, Transport
 from testproject.demo.keys import ACTOR
 from testproject.demo.webhooks import SHOP
-from tests.unit.keys_for_tests import good_key, resolver_returning
-from tests.unit.send_helpers import ACTIVITY, rows_written
+from tests.support.sender_keys import good_key, resolver_returning
+from tests.support.sends import ACTIVITY, rows_written
 
 pytestmark = pytest.mark.django_db
 

@@ -24,8 +24,8 @@ from django_outbox.models import Delivery
 from django_outbox.transport.addresses import parse_networks, refusal_without_dns
 from django_outbox.transport.target import parse_target
 from testproject.demo.keys import ACTOR
-from tests.unit.send_helpers import ACTIVITY, contacted_host, rows_written, signed_host_header
-from tests.unit.target_samples import FAST_CANDIDATES, HOSTILE_URLS, TYPICAL, VALID_URLS
+from tests.support.inbox_url_samples import FAST_CANDIDATES, HOSTILE_URLS, TYPICAL, VALID_URLS
+from tests.support.sends import ACTIVITY, contacted_host, rows_written, signed_host_header
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django_outbox.exceptions import InvalidInbox, InvalidSend, OutboxConfigurat
 from django_outbox.models import Delivery, Message
 from django_outbox.sending.recipients import InvalidRecipient
 from testproject.demo.keys import ACTOR
-from tests.unit.keys_for_tests import good_key
+from tests.support.sender_keys import good_key
 
 pytestmark = pytest.mark.django_db
 

@@ -28,7 +28,7 @@ from django_outbox.models import Delivery, Message
 from django_outbox.sending import keys
 from django_outbox.sending.keys import SenderKey
 from testproject.demo.keys import ACTOR
-from tests.unit.keys_for_tests import (
+from tests.support.sender_keys import (
     KEY_ID,
     ec_pem,
     encrypted_pem,
@@ -36,7 +36,7 @@ from tests.unit.keys_for_tests import (
     good_key,
     resolver_returning,
 )
-from tests.unit.send_helpers import ACTIVITY, rows_written
+from tests.support.sends import ACTIVITY, rows_written
 
 pytestmark = pytest.mark.django_db
 

@@ -31,7 +31,7 @@ from django_outbox.signing import (
     SigningError,
     fallback_scheme,
 )
-from tests.unit.signing_samples import (
+from tests.support.signing_samples import (
     CONTENT_TYPE,
     DIGEST,
     KEY_ID,

@@ -20,7 +20,7 @@ from django_outbox.sending.keys import load_private_key, public_pem
 from django_outbox.signing import RFC9421_COVERED, Scheme, SigningError
 from django_outbox.signing import http as signing
 from django_outbox.transport.target import parse_target
-from tests.unit.signing_samples import (
+from tests.support.signing_samples import (
     BODY,
     DIGEST,
     KEY_ID,

@@ -16,7 +16,7 @@ from django_outbox.signing.webhooks import (
     WebhookSecret,
     sign_webhook,
 )
-from tests.unit.webhook_samples import (
+from tests.support.webhook_samples import (
     BODY,
     SECRET_A,
     SECRET_B,

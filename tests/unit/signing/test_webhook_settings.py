@@ -13,7 +13,7 @@ from django_outbox.models import Signing
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookSecret, as_webhook_keys
 from testproject.demo.keys import ACTOR
 from testproject.demo.webhooks import OLD_SECRET, SECRET, SHOP, SIGNING_KEY
-from tests.unit.webhook_samples import needles, shown_anywhere
+from tests.support.webhook_samples import needles, shown_anywhere
 
 HIDDEN = "whsec_" + base64.b64encode(b"never shown anywhere, not once!!").decode()
 

@@ -35,7 +35,7 @@ from django_outbox.signing.webhooks import (
     new_webhook_id,
     sign_webhook,
 )
-from tests.unit.webhook_samples import (
+from tests.support.webhook_samples import (
     BODY,
     SECRET_A,
     SECRET_B,

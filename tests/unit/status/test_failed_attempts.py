@@ -11,7 +11,7 @@ from django.utils import timezone
 from django_outbox.models import Attempt, DeliveryState
 from django_outbox.status.snapshot import failing_hosts, take_snapshot
 from django_outbox.status.timeline import timeline
-from tests.unit.observability_helpers import deliveries, memory_only
+from tests.support.observability import deliveries, memory_only
 
 pytestmark = pytest.mark.django_db
 

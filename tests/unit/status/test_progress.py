@@ -16,8 +16,8 @@ from django_outbox.sending.fanout import expand, write_deliveries
 from django_outbox.testing import FakeInbox, captured_sends
 from django_outbox.testing.inbox import Answer, InboxRequest
 from testproject.demo.keys import ACTOR
-from tests.unit.outbox_helpers import inboxes
-from tests.unit.send_helpers import ACTIVITY
+from tests.support.receivers import inboxes
+from tests.support.sends import ACTIVITY
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from django_outbox.store.transitions import prune
 from django_outbox.upkeep.operations import requeue
 from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes
-from tests.unit.observability_helpers import claimed, memory_only, outcome, reclaim
+from tests.support.observability import claimed, memory_only, outcome, reclaim
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from django_outbox.exceptions import InvalidInbox, InvalidSend
 from django_outbox.models import Delivery
 from django_outbox.worker.engine import Engine
 from testproject.demo.keys import ACTOR
-from tests.unit.send_helpers import ACTIVITY, contacted_host, rows_written, signed_host_header
+from tests.support.sends import ACTIVITY, contacted_host, rows_written, signed_host_header
 
 pytestmark = pytest.mark.django_db
 

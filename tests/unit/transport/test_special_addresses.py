@@ -1,8 +1,8 @@
 """The SSRF guard's own table of special-purpose addresses.
 
-The registry rows below are transcribed again here, independently of the module's
-table, from IANA's IPv4 and IPv6 Special-Purpose Address Registries (2025-10-09), so
-that a slip in one shows up against the other.
+The registry rows (``tests/support/special_address_registry.py``) are transcribed
+again, independently of the module's table, from IANA's IPv4 and IPv6 Special-Purpose
+Address Registries (2025-10-09), so that a slip in one shows up against the other.
 """
 
 from __future__ import annotations
@@ -19,67 +19,8 @@ from django_outbox.transport.special_addresses import (
     is_special,
     why_special,
 )
+from tests.support.special_address_registry import REGISTRY
 
-# (block, globally reachable) as the registries say; N/A and terminated rows are refused.
-REGISTRY = [
-    ("0.0.0.0/8", False),
-    ("0.0.0.0/32", False),
-    ("10.0.0.0/8", False),
-    ("100.64.0.0/10", False),
-    ("127.0.0.0/8", False),
-    ("169.254.0.0/16", False),
-    ("172.16.0.0/12", False),
-    ("192.0.0.0/24", False),
-    ("192.0.0.0/29", False),
-    ("192.0.0.8/32", False),
-    ("192.0.0.9/32", True),
-    ("192.0.0.10/32", True),
-    ("192.0.0.170/32", False),
-    ("192.0.0.171/32", False),
-    ("192.0.2.0/24", False),
-    ("192.31.196.0/24", True),
-    ("192.52.193.0/24", True),
-    ("192.88.99.0/24", False),
-    ("192.88.99.2/32", False),
-    ("192.168.0.0/16", False),
-    ("192.175.48.0/24", True),
-    ("198.18.0.0/15", False),
-    ("198.51.100.0/24", False),
-    ("203.0.113.0/24", False),
-    ("240.0.0.0/4", False),
-    ("255.255.255.255/32", False),
-    ("::1/128", False),
-    ("::/128", False),
-    ("::ffff:0:0/96", False),
-    ("64:ff9b:1::/48", False),
-    ("100::/64", False),
-    ("100:0:0:1::/64", False),
-    ("2001::/23", False),
-    ("2001::/32", False),
-    ("2001:1::1/128", True),
-    ("2001:1::2/128", True),
-    ("2001:1::3/128", True),
-    ("2001:2::/48", False),
-    ("2001:3::/32", True),
-    ("2001:4:112::/48", True),
-    ("2001:10::/28", False),
-    ("2001:20::/28", True),
-    ("2001:30::/28", True),
-    ("2001:db8::/32", False),
-    ("2002::/16", False),
-    ("2620:4f:8000::/48", True),
-    ("3fff::/20", False),
-    ("5f00::/16", False),
-    ("fc00::/7", False),
-    ("fe80::/10", False),
-    # Beyond the registries: multicast, deprecated forms, space outside global unicast.
-    ("224.0.0.0/4", False),
-    ("ff00::/8", False),
-    ("fec0::/10", False),
-    ("::/96", False),
-    ("4000::/3", False),
-    ("fe00::/9", False),
-]
 # 64:ff9b::/96 is globally reachable, but its first and last addresses carry 0.0.0.0 and
 # 255.255.255.255: test_nat64_and_mapped_judged_by_their_ipv4 covers it.
 

@@ -15,7 +15,7 @@ import pytest
 
 from django_outbox.transport import BlockedAddress, Transport
 from django_outbox.transport.addresses import is_blocked, parse_networks, resolve_checked
-from tests.unit.transport.test_special_addresses import REGISTRY
+from tests.support.special_address_registry import REGISTRY
 
 # Each of these is global to Python 3.11's ipaddress and none is a public unicast host.
 GLOBAL_TO_PYTHON_311 = [

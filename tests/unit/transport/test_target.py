@@ -17,7 +17,7 @@ from django_outbox.transport.target import (
     parse_target,
     well_formed_lines,
 )
-from tests.unit.target_samples import (
+from tests.support.inbox_url_samples import (
     ACCEPTED,
     FAST_CANDIDATES,
     FAST_HOSTS,

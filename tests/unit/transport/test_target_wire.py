@@ -17,7 +17,7 @@ import urllib3.connection
 from hypothesis import HealthCheck, given, settings
 
 from django_outbox.transport.target import Target, parse_target
-from tests.unit.target_samples import ACCEPTED, TYPICAL, VALID_URLS
+from tests.support.inbox_url_samples import ACCEPTED, TYPICAL, VALID_URLS
 
 
 class _Recorder(BaseHTTPRequestHandler):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from django_outbox.transport import (
 )
 from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
 from tests.support.loop_transport import LoopTransport
+from tests.support.tls_servers import tls_server
 
 JSON = {"Content-Type": "application/activity+json"}
 
@@ -264,14 +264,6 @@ def test_ipv6_literal() -> None:
 def test_invalid_url_is_a_transport_error(transport: LoopTransport) -> None:
     with pytest.raises(TransportError, match="invalid URL"):
         transport.post("ftp://example.com/inbox", JSON, b"{}")
-
-
-def tls_server(ca: Any, *names: str, seen: list[str] | None = None) -> InboxServer:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert(*names).configure_cert(context)
-    if seen is not None:
-        context.sni_callback = lambda sock, name, ctx: seen.append(name)
-    return InboxServer(ssl_context=context)
 
 
 def test_https_uses_the_host_name_for_sni_and_certificate(ca: Any, ca_file: str) -> None:

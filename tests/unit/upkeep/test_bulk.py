@@ -12,7 +12,7 @@ from django.utils import timezone
 from django_outbox.exceptions import InvalidSince, OutboxError
 from django_outbox.models import Delivery, DeliveryState
 from django_outbox.upkeep import bulk
-from tests.unit.observability_helpers import deliveries
+from tests.support.observability import deliveries
 
 pytestmark = pytest.mark.django_db
 

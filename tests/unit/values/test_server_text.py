@@ -25,7 +25,7 @@ from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.values.safe_text import ERROR_LIMIT, one_line
 from django_outbox.worker.recorder import apply_outcomes
 from testproject.demo.keys import ACTOR
-from tests.unit.send_helpers import ACTIVITY
+from tests.support.sends import ACTIVITY
 
 HOSTILE = "HTTP/1.1 <script>alert(1)</script>\rSet-Cookie: x=1\x0b\u202egnp.exe\x00"
 

@@ -29,6 +29,7 @@ from django_outbox.worker.process import this_process
 from testproject.demo.keys import ACTOR, resolve
 from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.broker import RecordingApp
+from tests.support.in_process import settle
 from tests.support.rows import delivery, message
 
 FAILING = 12
@@ -73,12 +74,6 @@ def jobs(inbox_server: InboxServer, count: int) -> list[Job]:
         )
         for n in range(count)
     ]
-
-
-def settle() -> None:
-    """Wait until this process's engine is idle and its recorder has saved everything."""
-    assert this_process().engine.wait_idle(10)
-    assert this_process().recorder.flush(10)
 
 
 # -- breakers off --------------------------------------------------------------------

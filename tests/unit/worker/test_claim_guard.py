@@ -22,9 +22,8 @@ from django_outbox.worker.claiming import run_deliveries
 from django_outbox.worker.process import ProcessUnfit, WorkerProcess, this_process
 from testproject.demo.keys import resolve
 from testproject.inbox_servers import InboxServer
+from tests.support.in_process import running, settle
 from tests.support.rows import delivery, message
-from tests.unit.test_deliver_task import running
-from tests.unit.worker.test_attempt import settle
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

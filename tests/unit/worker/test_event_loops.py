@@ -20,7 +20,7 @@ from django_outbox.transport import ProtocolFailed, TimedOut, TLSFailed, Transpo
 from django_outbox.transport.loops import loop_factory
 from django_outbox.worker.engine import Engine
 from tests.support.raw_server import RawServer
-from tests.unit.transport.test_transport import tls_server
+from tests.support.tls_servers import tls_server
 
 JSON = {"Content-Type": "application/activity+json"}
 
