@@ -1,27 +1,22 @@
-"""Rows and outcomes for the observability tests, and settings that need no Redis."""
+"""Rows for the observability tests, and settings that need no Redis."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 from hashlib import sha256
 from typing import Any
 
 import pytest
 from django.test import override_settings
-from django.utils import timezone
 from prometheus_client import CollectorRegistry, generate_latest
 
 from django_outbox.breakers import MemoryBreakerStore
 from django_outbox.metrics import recording
 from django_outbox.metrics.collectors import OutboxCollector
 from django_outbox.metrics.shared_counters import configured_metrics_store
-from django_outbox.models import Delivery, DeliveryState, Message
+from django_outbox.models import Delivery, Message
 from django_outbox.status.timeline import forget_ended_hours
-from django_outbox.store.claimed import ClaimedRow, load_messages
-from django_outbox.store.transitions import claim
-from django_outbox.values.outcomes import AttemptResult, Outcome
 from testproject.demo.keys import ACTOR
 
 #: No Redis anywhere: breakers, metrics and caches in this process's memory.
@@ -80,24 +75,3 @@ def deliveries(
         for i in range(count)
     ]
     return Delivery.objects.bulk_create(rows)
-
-
-def claimed(
-    count: int, token: str = "t1", host: str = "a.example", **sent: Any
-) -> list[ClaimedRow]:
-    """``count`` deliveries claimed with ``token``, as a worker claims them."""
-    due = timezone.now() - timedelta(seconds=1)
-    rows = deliveries(count, host=host, sent=sent, state=DeliveryState.QUEUED, next_attempt_at=due)
-    return claim([row.pk for row in rows], token)
-
-
-def reclaim(row: ClaimedRow, token: str) -> ClaimedRow:
-    """Claim ``row`` again once it is queued: made due now, as its retry would come due."""
-    Delivery.objects.filter(pk=row.id).update(next_attempt_at=timezone.now())
-    (again,) = claim([row.id], token)
-    return again
-
-
-def outcome(row: ClaimedRow, result: AttemptResult, **details: Any) -> Outcome:
-    """The outcome of an attempt at the claimed ``row``."""
-    return Outcome(row, load_messages([row.message_id])[row.message_id], result, **details)

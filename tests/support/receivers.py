@@ -21,12 +21,6 @@ ACTIVITY: dict[str, Any] = {
 }
 
 
-def inboxes(count: int, label: str) -> list[str]:
-    """``count`` inboxes on a host of their own, so that no test sees another's
-    remembered signature scheme or circuit breaker."""
-    return [f"https://{label}.example/users/u{i}/inbox" for i in range(count)]
-
-
 @contextmanager
 def receiving(signal: Signal) -> Iterator[list[dict[str, Any]]]:
     """The keyword arguments of each sending of ``signal`` while the block runs."""

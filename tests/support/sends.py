@@ -16,6 +16,18 @@ ACTIVITY = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create
 _KEY = SenderKey("https://sender.example/actor#key", generate_ed25519_pem())
 
 
+def inboxes(count: int, label: str = "", *, hosts: int = 0, path: str = "inbox") -> list[str]:
+    """``count`` distinct inbox URLs: all on ``{label}.example`` when a label is given (a
+    host of the test's own, so that no test sees another's remembered signature scheme
+    or circuit breaker), else spread over ``hosts`` hosts (each on its own by default)."""
+    spread = hosts or count
+
+    def host(i: int) -> str:
+        return f"{label}.example" if label else f"h{i % spread}.example"
+
+    return [f"https://{host(i)}/u{i}/{path}" for i in range(count)]
+
+
 class RecordingTransport(Transport):
     """A transport that records which (host, port) it would resolve and connect to."""
 

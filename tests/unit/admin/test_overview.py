@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -20,15 +19,9 @@ from django_outbox.admin.charts import bar_chart, nice_ceiling
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.models import Attempt, DeliveryState, Heartbeat, Host
 from django_outbox.status.timeline import batches_in_progress, forget_ended_hours, timeline
-from tests.support.observability import deliveries, memory_only, shared_breakers
+from tests.support.observability import deliveries, shared_breakers
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _no_redis() -> Iterator[None]:
-    with memory_only():
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_redis")]
 
 
 def some_rows() -> None:

@@ -23,7 +23,8 @@ from django_outbox.exceptions import InvalidHost
 from django_outbox.models import Delivery, DeliveryState, HostPause
 from django_outbox.testing import OutboxCapture, captured_sends
 from testproject.demo.keys import ACTOR
-from tests.support.receivers import ACTIVITY, inboxes
+from tests.support.receivers import ACTIVITY
+from tests.support.sends import inboxes
 
 pytestmark = pytest.mark.django_db
 

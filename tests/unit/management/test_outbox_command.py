@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
-from collections.abc import Iterator
 from datetime import date, timedelta
 from typing import Any
 
@@ -16,15 +15,9 @@ from django.utils import timezone
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host
-from tests.support.observability import deliveries, memory_only, message, shared_breakers
+from tests.support.observability import deliveries, message, shared_breakers
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _no_redis() -> Iterator[None]:
-    with memory_only():
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_redis")]
 
 
 def run(*args: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -23,15 +22,10 @@ from django_outbox.models import DeliveryState
 from django_outbox.status.snapshot import engine_usage
 from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes
-from tests.support.observability import claimed, exposition, memory_only, outcome
+from tests.support.claims import claimed, outcome
+from tests.support.observability import exposition
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _no_redis() -> Iterator[None]:
-    with memory_only():
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_redis")]
 
 
 @pytest.mark.parametrize(

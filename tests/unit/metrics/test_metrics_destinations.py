@@ -3,7 +3,7 @@ what paid push paid, each with a bounded label set."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import timedelta
 from typing import Any
@@ -19,16 +19,11 @@ from django_outbox.metrics import destinations, recording
 from django_outbox.metrics.collectors import breaker_families
 from django_outbox.models import DeliveryState, PaymentAttempt
 from testproject.demo.keys import ACTOR
-from tests.support.observability import deliveries, exposition, memory_only
-from tests.support.receivers import ACTIVITY, inboxes
+from tests.support.observability import deliveries, exposition
+from tests.support.receivers import ACTIVITY
+from tests.support.sends import inboxes
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _no_redis() -> Iterator[None]:
-    with memory_only():
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_redis")]
 
 
 def test_each_committed_send_counts_its_fan_out_and_a_rolled_back_one_nothing(

@@ -20,12 +20,7 @@ from django_outbox.exceptions import (
 )
 from django_outbox.models import Delivery, DeliveryState, Lane, Message
 from testproject.demo.keys import ACTOR
-
-ACTIVITY = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "x"}
-
-
-def inboxes(n: int) -> list[str]:
-    return [f"https://host{i}.example/inbox" for i in range(n)]
+from tests.support.sends import ACTIVITY, inboxes
 
 
 @pytest.mark.django_db

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -11,15 +10,9 @@ from django.utils import timezone
 from django_outbox.models import Attempt, DeliveryState
 from django_outbox.status.snapshot import failing_hosts, take_snapshot
 from django_outbox.status.timeline import timeline
-from tests.support.observability import deliveries, memory_only
+from tests.support.observability import deliveries
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _no_redis() -> Iterator[None]:
-    with memory_only():
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_redis")]
 
 
 def retried_then_delivered(count: int, host: str = "flaky.example") -> None:

@@ -16,8 +16,7 @@ from django_outbox.sending.fanout import expand, write_deliveries
 from django_outbox.testing import FakeInbox, captured_sends
 from django_outbox.testing.inbox import Answer, InboxRequest
 from testproject.demo.keys import ACTOR
-from tests.support.receivers import inboxes
-from tests.support.sends import ACTIVITY
+from tests.support.sends import ACTIVITY, inboxes
 
 pytestmark = pytest.mark.django_db
 

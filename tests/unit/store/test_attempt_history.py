@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
@@ -17,15 +16,9 @@ from django_outbox.store.transitions import prune
 from django_outbox.upkeep.operations import requeue
 from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes
-from tests.support.observability import claimed, memory_only, outcome, reclaim
+from tests.support.claims import claimed, outcome, reclaim
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _no_redis() -> Iterator[None]:
-    with memory_only():
-        yield
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_redis")]
 
 
 def test_failures_and_late_successes_are_kept_first_successes_are_not() -> None:

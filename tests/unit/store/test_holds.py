@@ -13,7 +13,7 @@ from django_outbox.models import Delivery, DeliveryState
 from django_outbox.store.holds import RELEASE_SPREAD, release_held
 from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes, publish_effects
-from tests.unit.worker.test_recorder import claimed, outcome
+from tests.support.claims import claimed, outcome
 
 pytestmark = pytest.mark.django_db
 

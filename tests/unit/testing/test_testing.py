@@ -27,7 +27,8 @@ from django_outbox.signals import delivery_settled
 from django_outbox.testing import CaptureEnded, captured_sends
 from django_outbox.testing.capture import OutboxCapture
 from testproject.demo.keys import ACTOR, ED_ACTOR
-from tests.support.receivers import ACTIVITY, inboxes, receiving, unreachable_broker
+from tests.support.receivers import ACTIVITY, receiving, unreachable_broker
+from tests.support.sends import inboxes
 
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.django_db

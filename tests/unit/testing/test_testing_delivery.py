@@ -29,7 +29,8 @@ from django_outbox.testing import (
 )
 from django_outbox.transport import ConnectFailed
 from testproject.demo.keys import ACTOR, ED_ACTOR, resolve
-from tests.support.receivers import ACTIVITY, inboxes, receiving, unreachable_broker
+from tests.support.receivers import ACTIVITY, receiving, unreachable_broker
+from tests.support.sends import inboxes
 from tests.support.verifiers import verify_cavage, verify_rfc9421
 
 pytestmark = pytest.mark.django_db

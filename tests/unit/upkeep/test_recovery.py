@@ -53,7 +53,7 @@ def failed_signals() -> Iterator[list[int]]:
         delivery_failed.disconnect(dispatch_uid="test-recovery")
 
 
-def claimed(owner: str, lease_from_now: float = OLD_CLAIM, **fields: Any) -> Delivery:
+def claimed_by_owner(owner: str, lease_from_now: float = OLD_CLAIM, **fields: Any) -> Delivery:
     """A delivery claimed by ``owner`` (a heartbeat name), its lease ending so far ahead."""
     return delivery(
         fields.pop("parent", None) or message(),
@@ -77,11 +77,11 @@ def test_claims_of_a_dead_owner_are_taken_back_and_a_live_owners_kept(
 ) -> None:
     heartbeats.beat("live:1:aaaaaaaaaaaa")
     Heartbeat.objects.create(name="dead:2:bbbbbbbbbbbb", beat_at=ago(16))
-    kept = claimed("live:1:aaaaaaaaaaaa", lease_from_now=1)  # however old the claim
-    taken = claimed("dead:2:bbbbbbbbbbbb")
-    unknown = claimed("gone:3:cccccccccccc")  # no row: an older version's, or pruned
-    young = claimed("gone:3:cccccccccccc", lease_from_now=295)  # claimed 5 s ago
-    spent = claimed("dead:2:bbbbbbbbbbbb", parent=message(max_attempts=2), attempts=2)
+    kept = claimed_by_owner("live:1:aaaaaaaaaaaa", lease_from_now=1)  # however old the claim
+    taken = claimed_by_owner("dead:2:bbbbbbbbbbbb")
+    unknown = claimed_by_owner("gone:3:cccccccccccc")  # no row: an older version's, or pruned
+    young = claimed_by_owner("gone:3:cccccccccccc", lease_from_now=295)  # claimed 5 s ago
+    spent = claimed_by_owner("dead:2:bbbbbbbbbbbb", parent=message(max_attempts=2), attempts=2)
 
     assert recovery_pass.reclaim_dead() == 3
 
@@ -105,7 +105,7 @@ def test_a_name_that_only_begins_like_a_live_one_is_not_alive(
     memory_broker: MemoryBroker,
 ) -> None:
     heartbeats.beat("host:12:aaaaaaaaaaaa")
-    other = claimed("host:123:aaaaaaaaaaaa")
+    other = claimed_by_owner("host:123:aaaaaaaaaaaa")
     assert recovery_pass.reclaim_dead() == 1
     assert state_of(other) == QUEUED
 
@@ -114,7 +114,7 @@ def test_recover_takes_back_claims_only_when_asked_to_judge(
     memory_broker: MemoryBroker,
 ) -> None:
     Heartbeat.objects.create(name="dead:2:bbbbbbbbbbbb", beat_at=ago(60))
-    row = claimed("dead:2:bbbbbbbbbbbb")
+    row = claimed_by_owner("dead:2:bbbbbbbbbbbb")
     assert recovery_pass.recover(judge_owners=False)["broker"] == 0
     assert state_of(row) == SENDING
     assert recovery_pass.recover(judge_owners=True)["reclaimed"] == 1
@@ -302,7 +302,7 @@ def test_a_lapsed_lease_of_a_live_owner_is_taken_back_by_the_pass(
     """A process that beats but never reports back: its lease lapses (by the database's
     clock) and the next pass takes the delivery back, beat or no beat."""
     heartbeats.beat("alive:3:cccccccccccc")
-    row = claimed("alive:3:cccccccccccc", lease_from_now=-1)
+    row = claimed_by_owner("alive:3:cccccccccccc", lease_from_now=-1)
     assert recovery_pass.recover(judge_owners=False).get("lapsed") is None
     assert state_of(row) == SENDING
     counts = recovery_pass.recover(judge_owners=True)

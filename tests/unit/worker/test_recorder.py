@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from datetime import date, timedelta
-from hashlib import sha256
 from typing import Any
 from unittest import mock
 
@@ -15,13 +14,13 @@ from django.dispatch import Signal
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_outbox.models import Delivery, DeliveryState, Host, Message
+from django_outbox.models import Delivery, DeliveryState, Host
 from django_outbox.signals import delivery_attempted, delivery_failed, delivery_settled
-from django_outbox.store.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.worker.recorder import Recorder, apply_outcomes
 from testproject.demo.keys import ACTOR
-from tests.support.rows import claimed_row, message_data
+from tests.support.claims import claimed, delivered, outcome
+from tests.support.rows import claimed_row
 
 SIGNALS = {"attempted": delivery_attempted, "settled": delivery_settled, "failed": delivery_failed}
 #: The keyword arguments of each signal, as signals.py and docs/signals.md list them.
@@ -30,46 +29,6 @@ DOCUMENTED = {
     "settled": {"delivery", "inbox", "actor", "tag", "outcome", "status", "amount_msat"},
     "failed": {"delivery", "inbox", "actor", "status", "error", "tag", "deadline"},
 }
-
-
-def claimed(
-    count: int, *, token: str = "t1", host: str = "a.example", **message: Any
-) -> list[Delivery]:
-    """``count`` deliveries of a new message, claimed with ``token`` and being sent."""
-    body = b"{}"
-    fields: dict[str, Any] = {"max_attempts": 16, **message}
-    parent = Message.objects.create(
-        sender=ACTOR, body=body, body_sha256=sha256(body).digest(), **fields
-    )
-    lease = timezone.now() + timedelta(minutes=5)
-    rows = [
-        Delivery(
-            message=parent,
-            inbox=f"https://{host}/inbox/{parent.pk}/{i}",
-            host=host,
-            state=DeliveryState.SENDING,
-            claimed_by=token,
-            attempts=1,
-            lease_until=lease,
-        )
-        for i in range(count)
-    ]
-    return Delivery.objects.bulk_create(rows)
-
-
-def outcome(
-    row: Delivery | int, result: AttemptResult, token: str = "t1", **details: Any
-) -> Outcome:
-    """The outcome of an attempt at ``row`` (or at a made-up delivery with that id)."""
-    if isinstance(row, int):
-        made_up = ClaimedRow(row, 0, "", "", [], "outbox", "", 1, token)
-        message = MessageData(0, ACTOR, b"{}", b"", "", None, "", False, 16)
-        return Outcome(made_up, message, result, **details)
-    return Outcome(claimed_row(row, token), message_data(row.message), result, **details)
-
-
-def delivered(row: Delivery, token: str = "t1") -> Outcome:
-    return outcome(row, AttemptResult.DELIVERED, token, status=202)
 
 
 def updates(queries: CaptureQueriesContext) -> list[str]:

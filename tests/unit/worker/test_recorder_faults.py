@@ -17,7 +17,7 @@ from django_outbox.worker import recorder as recording
 from django_outbox.worker.process import WorkerProcess
 from django_outbox.worker.recorder import Recorder, Release, apply_outcomes
 from django_outbox.worker.supervisor import Supervisor
-from tests.unit.worker.test_recorder import claimed, delivered, outcome
+from tests.support.claims import claimed, delivered, outcome
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
