@@ -1,4 +1,4 @@
-"""Finding 3: a portable inbox's gateway list costs linear time, cut before it is read.
+"""A portable inbox's gateway list costs linear time, cut before it is read.
 
 The list comes from a stranger's actor document: 32,000 gateways (645 KiB) cost 26 s
 inside ``send()`` when the whole list was de-duplicated before it was cut to five.

@@ -1,4 +1,4 @@
-"""Findings 4 and 5: ``send()`` refuses with a typed error, writing nothing, whatever
+"""``send()`` refuses with a typed error, writing nothing, whatever
 would fail later: in the database (NUL, over-long values), in the worker on every
 attempt for two days (a content type with CR/LF, an unusable host or key), or in
 Python itself (a deeply nested activity, inboxes that are no list of strings).
@@ -57,7 +57,7 @@ def send(**call: Any) -> Callable[[], object]:
     return lambda: outbox.send(args["actor"], args["activity"], args["inboxes"], **options)
 
 
-LONG_URL = "https://ok.example/" + "a" * 2123  # 2,141 characters, as in the finding
+LONG_URL = "https://ok.example/" + "a" * 2123  # 2,141 characters, as one was cut to 2,048
 CASES: list[tuple[str, Callable[[], Callable[[], object]], type[InvalidSend]]] = [
     ("deeply nested activity", lambda: send(activity=nested(100_000)), InvalidActivity),
     ("inboxes None", lambda: send(inboxes=None), InvalidInbox),

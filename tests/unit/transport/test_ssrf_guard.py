@@ -1,4 +1,4 @@
-"""Finding 1: the SSRF guard answers from the package's IANA table, on every Python.
+"""The SSRF guard answers from the package's IANA table, on every Python.
 
 Python 3.11's ``ipaddress`` takes 192.0.0.192 (a cloud metadata address), 192.88.99.1,
 fec0::1 and 3fff::1 for global addresses, and a guard built on ``is_global`` let a

@@ -1,4 +1,4 @@
-"""Finding 7: no frame of an error raised over a bad key holds the key.
+"""No frame of an error raised over a bad sender key holds the key.
 
 Error trackers record the local variables of every frame of a traceback (Sentry does
 by default).  ``InvalidSigningKey`` used to be raised where a local held the PEM.

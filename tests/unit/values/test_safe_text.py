@@ -1,4 +1,4 @@
-"""Finding 8: text a server chose reaches ``last_error``, the attempt history and signal
+"""Text a server chose reaches ``last_error``, the attempt history and signal
 receivers on one printable line, cut to length.
 
 A status line such as ``HTTP/1.1 <script>...\\r\\n`` used to be stored as it came and

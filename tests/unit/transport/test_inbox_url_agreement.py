@@ -1,4 +1,4 @@
-"""Finding 2: ``send()``, signing and the transport read an inbox URL the same way.
+"""``send()``, signing and the transport read an inbox URL the same way.
 
 ``http://h\\.example/inbox`` used to be stored with host ``h\\.example`` and requested
 from ``h``: per-host caps, breakers and unavailable-host marks counted a host that was
