@@ -17,7 +17,8 @@ import pytest
 
 from tests.support.workers import postgres
 
-# The fixture the package ships for applications' tests (tests/unit/test_testing.py uses it).
+# The fixture the package ships for applications' tests
+# (tests/unit/testing/test_testing.py uses it).
 pytest_plugins = ["django_outbox.testing.pytest_plugin"]
 
 

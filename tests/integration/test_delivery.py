@@ -13,13 +13,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_outbox import Batch, outbox
-from django_outbox.models import Delivery, DeliveryState
+from django_outbox.models import Delivery
 from django_outbox.tasks import deliver
 from testproject.demo.keys import ACTOR, ED_ACTOR
 from testproject.demo.models import SignalLog
 from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.verifiers import verify_cavage, verify_rfc9421
-from tests.support.waiting import wait_for
+from tests.support.waiting import settled, wait_for
 from tests.support.workers import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
@@ -29,18 +29,6 @@ NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "
 
 def rsa_pem() -> str:
     return (Path(settings.RUN_DIR) / "rsa.pem").read_text()
-
-
-def settled(count: int, timeout: float = 60) -> None:
-    wait_for(
-        lambda: (
-            Delivery.objects.exclude(
-                state__in=(DeliveryState.QUEUED, DeliveryState.SENDING, DeliveryState.WAITING)
-            ).count()
-            >= count
-        ),
-        timeout,
-    )
 
 
 def test_fan_out_to_200_inboxes_arrives_once_each_with_valid_signatures(worker: Worker) -> None:

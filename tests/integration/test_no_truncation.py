@@ -1,4 +1,4 @@
-"""Finding 4 on PostgreSQL: nothing is cut to fit a column.
+"""On PostgreSQL, nothing ``send()`` stores is cut to fit a column.
 
 The bulk insert cast its arrays to ``varchar(n)[]``, which PostgreSQL cuts without a
 word: an inbox URL of 2,141 characters was stored as 2,048 and posted to as such.

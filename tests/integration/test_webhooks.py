@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 
 from django_outbox import Recipient, outbox
-from django_outbox.models import Delivery, DeliveryState, Signing
+from django_outbox.models import DeliveryState, Signing
 from django_outbox.signing.webhooks import WebhookSecret
 from testproject.demo.keys import ACTOR, resolve
 from testproject.demo.models import SignalLog
 from testproject.demo.webhooks import OLD_SECRET, SECRET, SHOP, SIGNING_KEY
 from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.verifiers import verify_cavage
-from tests.support.waiting import wait_for
+from tests.support.waiting import settled, wait_for
 from tests.support.webhook_verifiers import verify_v1, verify_v1a
 from tests.support.workers import Worker
 
@@ -25,11 +25,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
 PAYLOAD = {"type": "invoice.paid", "timestamp": "2026-12-02T20:00:00Z", "data": {"id": "in_1"}}
 LIVE = (DeliveryState.QUEUED, DeliveryState.SENDING, DeliveryState.WAITING)
-
-
-def settled(count: int, timeout: float = 60) -> list[Delivery]:
-    wait_for(lambda: Delivery.objects.exclude(state__in=LIVE).count() >= count, timeout)
-    return list(Delivery.objects.order_by("id"))
 
 
 def test_a_webhook_reaches_each_endpoint_with_one_id_and_verifiable_signatures(

@@ -150,7 +150,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float, every: float = 0.05
         time.sleep(every)
 
 
-def settled(expected: int) -> bool:
+def none_live(expected: int) -> bool:
     """Whether ``expected`` deliveries exist and none is live."""
     return (
         Delivery.objects.count() >= expected
@@ -162,7 +162,7 @@ def drive(expected: int, timeout: float) -> float:
     """Wait until ``expected`` deliveries exist and none is live, with nothing but the
     workers to move them (no sweep, no beat); returns the seconds it took."""
     started = time.monotonic()
-    wait_until(lambda: settled(expected), timeout, every=0.25)
+    wait_until(lambda: none_live(expected), timeout, every=0.25)
     return round(time.monotonic() - started, 1)
 
 

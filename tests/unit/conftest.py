@@ -20,6 +20,7 @@ from django_outbox.upkeep import recovery_pass
 from django_outbox.worker import recorder
 from django_outbox.worker.process import stop_this_process
 from tests.support.broker import RecordingApp
+from tests.support.observability import memory_only
 
 
 @pytest.fixture
@@ -63,6 +64,14 @@ def _empty_local_caches() -> None:
     for cache in caches.all(initialized_only=True):
         if isinstance(cache, LocMemCache):
             cache.clear()
+
+
+@pytest.fixture
+def no_redis() -> Iterator[None]:
+    """No Redis anywhere (breakers, metrics and caches in this process's memory), and an
+    empty in-memory metrics store: for tests that count (``usefixtures("no_redis")``)."""
+    with memory_only():
+        yield
 
 
 @pytest.fixture

@@ -19,25 +19,8 @@ from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.tasks import DATABASE_OUTAGES, deliver
 from django_outbox.worker.process import this_process
 from testproject.inbox_servers import InboxServer
+from tests.support.in_process import running
 from tests.support.rows import delivery, hence, message
-
-
-@contextmanager
-def running(ids: list[int], *, retries: int = 0, queue: str = Lane.DEFAULT) -> Iterator[None]:
-    """The task's request while a worker runs it with ``ids`` from ``queue``."""
-    deliver.push_request(
-        id="deliver-under-test",
-        args=[ids],
-        kwargs={},
-        retries=retries,
-        called_directly=False,
-        is_eager=True,
-        delivery_info={"exchange": "", "routing_key": queue},
-    )
-    try:
-        yield
-    finally:
-        deliver.pop_request()
 
 
 def retried(ids: list[int], **request: Any) -> Retry:

@@ -59,7 +59,7 @@ def send(*urls: str) -> list[int]:
     return list(Delivery.objects.filter(inbox__in=urls).order_by("id").values_list("id", flat=True))
 
 
-def settled(ids: list[int]) -> bool:
+def finished(ids: list[int]) -> bool:
     """Whether every delivery of ``ids`` is finished."""
     finished = (DeliveryState.DELIVERED, DeliveryState.REFUSED, DeliveryState.FAILED)
     return Delivery.objects.filter(id__in=ids, state__in=finished).count() == len(ids)

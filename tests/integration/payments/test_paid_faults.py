@@ -18,9 +18,8 @@ from django_outbox.payments.models import PaymentAttempt
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
 from testproject.lightning.l402_inbox import L402Gate, Mode
-from tests.integration.payments.network import PRICE, Lightning, Start, send, settled, states
-from tests.support.chaos import NOTE, Farm, Workers, report, wait_until
-from tests.support.chaos import settled as everything_settled
+from tests.integration.payments.network import PRICE, Lightning, Start, finished, send, states
+from tests.support.chaos import NOTE, Farm, Workers, none_live, report, wait_until
 from tests.support.faults import BOUND, Faults, check, start
 
 #: Deliveries to free hosts beside the paid ones in the ledger test, over ``HOSTS`` hosts.
@@ -47,7 +46,7 @@ def test_a_hostile_invoice_beside_healthy_hosts_refuses_only_its_delivery(
         charging = [server.url(f"/users/{n}/inbox") for n in range(6)]
         sent = time.monotonic()
         outbox.send(ACTOR, NOTE, healthy + charging)
-        wait_until(lambda: everything_settled(306), 60)
+        wait_until(lambda: none_live(306), 60)
         seconds = round(time.monotonic() - sent, 1)
         tally = farm.tally(healthy)
         asked = len(server.requests())
@@ -70,7 +69,7 @@ def test_an_invoice_served_again_is_paid_again_after_a_failure_and_refused_once_
     lightning.node.fail_next("no_route")
     with lightning.inbox(repeat_invoice=True) as inbox:
         [again] = send(inbox.url())
-        wait_until(lambda: settled([again]), 60)
+        wait_until(lambda: finished([again]), 60)
         challenged = inbox.gate.decisions.count("challenged")
     assert states([again]) == [DeliveryState.DELIVERED]
     assert [a.status for a in lightning.node.attempts] == ["failed", "complete"]
@@ -80,9 +79,9 @@ def test_an_invoice_served_again_is_paid_again_after_a_failure_and_refused_once_
 
     with lightning.inbox(mode=Mode.PER_MESSAGE, repeat_invoice=True) as inbox:
         [first] = send(inbox.url("/a"))
-        wait_until(lambda: settled([first]), 60)
+        wait_until(lambda: finished([first]), 60)
         [second] = send(inbox.url("/b"))
-        wait_until(lambda: settled([second]), 60)
+        wait_until(lambda: finished([second]), 60)
     assert states([first, second]) == [DeliveryState.DELIVERED, DeliveryState.REFUSED]
     row = Delivery.objects.get(pk=second)
     assert row.last_error.startswith("payment refused: invoice_already_paid"), row.last_error
@@ -102,12 +101,12 @@ def test_a_slow_node_delays_only_payments(start: Start, lightning: Lightning) ->
         wait_until(lambda: lightning.lnd.in_flight >= 6, 60)  # the payments are at the node
         answered, sent = len(lightning.lnd.calls), time.monotonic()
         free = send(*farm.inboxes(40))
-        wait_until(lambda: settled(free), 4 * SLOW_NODE)
+        wait_until(lambda: finished(free), 4 * SLOW_NODE)
         seconds = round(time.monotonic() - sent, 1)
         answered_meanwhile = len(lightning.lnd.calls) - answered
         at_the_node = lightning.lnd.in_flight
         lightning.lnd.delay = 0.0
-        wait_until(lambda: settled(paid), 6 * SLOW_NODE)
+        wait_until(lambda: finished(paid), 6 * SLOW_NODE)
     rows = Delivery.objects.filter(id__in=free)
     assert {(row.state, row.attempts, row.last_error) for row in rows} == {
         (DeliveryState.DELIVERED, 1, "")
@@ -138,6 +137,6 @@ def test_a_fault_in_the_ledger_while_outcomes_are_recorded(
         outbox.send(ACTOR, NOTE, free + charging)
         (firing,) = faults.wait_fired()
         check(f"ledger {kind}", farm, free, firing, worker)
-        wait_until(lambda: settled(_ids(charging)), BOUND + 30)
+        wait_until(lambda: finished(_ids(charging)), BOUND + 30)
     assert states(_ids(charging)) == [DeliveryState.DELIVERED] * 3
     assert len(lightning.node.payments()) == 3, "each paid delivery paid once"

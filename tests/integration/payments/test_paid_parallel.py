@@ -19,7 +19,7 @@ from django_outbox.models import DeliveryState
 from django_outbox.payments.models import PaymentAttempt, PaymentHost
 from testproject.lightning.l402_inbox import Mode
 from testproject.lightning.node import FakeNode, NodePayment, Refused
-from tests.integration.payments.network import Lightning, Start, send, settled, states
+from tests.integration.payments.network import Lightning, Start, finished, send, states
 from tests.support.chaos import busiest, kill, pool_pids, report, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -55,7 +55,7 @@ def test_two_processes_pay_a_per_message_host_in_parallel_and_a_kill_pays_nothin
     refused = refusals(lightning.node)
     with lightning.inbox(mode=Mode.PER_MESSAGE) as inbox:
         first = send(*(inbox.url(f"/first/{n}") for n in range(4)))
-        wait_until(lambda: settled(first), 60)
+        wait_until(lambda: finished(first), 60)
         assert PaymentHost.objects.get(host=inbox.host).per_message, "learnt from its 402s"
         lightning.lnd.hang_after_paying = HANG
         ids = send(*(inbox.url(f"/users/{n}/inbox") for n in range(24)))
@@ -63,7 +63,7 @@ def test_two_processes_pay_a_per_message_host_in_parallel_and_a_kill_pays_nothin
         parallel = lightning.lnd.in_flight
         kill([busiest(pool_pids(live))])
         lightning.lnd.hang_after_paying = 0.0
-        wait_until(lambda: settled(ids), 180)
+        wait_until(lambda: finished(ids), 180)
         accepted = inbox.gate.decisions.count("accepted")
     assert set(states(first + ids)) == {DeliveryState.DELIVERED}
     paid = PaymentAttempt.objects.filter(paid_at__isnull=False)
@@ -85,7 +85,7 @@ def test_a_host_selling_tokens_is_paid_once_for_many_queued_deliveries(
     began = time.monotonic()
     with lightning.inbox(mode=Mode.PER_TOKEN) as inbox:
         ids = send(*(inbox.url(f"/users/{n}/inbox") for n in range(60)))
-        wait_until(lambda: settled(ids), 120)
+        wait_until(lambda: finished(ids), 120)
         decisions = list(inbox.gate.decisions)
     took = time.monotonic() - began
     assert set(states(ids)) == {DeliveryState.DELIVERED}

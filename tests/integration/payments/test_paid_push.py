@@ -25,8 +25,8 @@ from tests.integration.payments.network import (
     PRICE,
     Lightning,
     Start,
+    finished,
     send,
-    settled,
     states,
 )
 from tests.support.chaos import busiest, kill, pool_pids, report, wait_until
@@ -47,7 +47,7 @@ def test_a_worker_killed_after_paying_and_before_sending_pays_once(
         victim = busiest(pool_pids(live))
         kill([victim])
         lightning.lnd.hang_after_paying = 0.0
-        wait_until(lambda: settled(ids), 60)
+        wait_until(lambda: finished(ids), 60)
         decisions = list(inbox.gate.decisions)
     assert states(ids) == [DeliveryState.DELIVERED]
     assert len(lightning.node.attempts) == 1
@@ -63,7 +63,7 @@ def test_a_client_that_times_out_after_paying_pays_once(start: Start, lightning:
     with lightning.inbox() as inbox:
         ids = send(inbox.url())
         wait_until(lambda: len(lightning.node.payments()) == 1, 30)
-        wait_until(lambda: settled(ids), 60)
+        wait_until(lambda: finished(ids), 60)
     assert states(ids) == [DeliveryState.DELIVERED]
     assert len(lightning.node.attempts) == 1
     row = Delivery.objects.get()
@@ -80,9 +80,9 @@ def test_two_workers_on_one_hosts_402_pay_once_and_keep_the_token(
     start(2)
     with lightning.inbox(mode=Mode.PER_TOKEN) as inbox:
         ids = send(*(inbox.url(f"/users/{n}/inbox") for n in range(20)))
-        wait_until(lambda: settled(ids), 60)
+        wait_until(lambda: finished(ids), 60)
         again = send(*(inbox.url(f"/users/{n}/inbox2") for n in range(5)))
-        wait_until(lambda: settled(again), 60)
+        wait_until(lambda: finished(again), 60)
         decisions = list(inbox.gate.decisions)
     assert set(states(ids + again)) == {DeliveryState.DELIVERED}
     assert len(lightning.node.attempts) == 1
@@ -99,7 +99,7 @@ def test_a_host_that_charges_per_message_is_paid_for_each(
     start(2)
     with lightning.inbox(mode=Mode.PER_MESSAGE, price_msat=None) as inbox:
         ids = send(*(inbox.url(f"/users/{n}/inbox") for n in range(6)))
-        wait_until(lambda: settled(ids), 90)
+        wait_until(lambda: finished(ids), 90)
     assert set(states(ids)) == {DeliveryState.DELIVERED}
     assert len(lightning.node.payments()) == 6
     assert len(lightning.node.attempts) == 6
@@ -128,7 +128,7 @@ def test_bad_invoices_are_refused_without_paying(start: Start, lightning: Lightn
             behaviour = Behaviour(statuses=(402,), headers={"WWW-Authenticate": header})
             server.behave(f"/{reason}", behaviour)
         ids = send(*(server.url(f"/{reason}") for reason in headers))
-        wait_until(lambda: settled(ids), 60)
+        wait_until(lambda: finished(ids), 60)
         requests = len(server.requests())
     rows = Delivery.objects.filter(id__in=ids).order_by("id")
     for reason, row in zip(headers, rows, strict=True):
@@ -171,7 +171,7 @@ def test_a_destination_that_never_accepts_a_paid_token_is_capped(
     with lightning.inbox() as inbox:
         inbox.gate._refusal = lambda value: "never"  # type: ignore[method-assign]
         ids = send(inbox.url())
-        wait_until(lambda: settled(ids), 60)
+        wait_until(lambda: finished(ids), 60)
         time.sleep(1.0)  # nothing more is paid afterwards
     row = Delivery.objects.get()
     assert row.state == DeliveryState.REFUSED

@@ -27,7 +27,7 @@ from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.l402_inbox import L402Gate, L402InboxServer
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
-from tests.unit.payments.rounds import PRICE, payments, round_of, send, serve
+from tests.support.payment_rounds import PRICE, payments, round_of, send, serve
 
 
 @pytest.fixture(autouse=True)

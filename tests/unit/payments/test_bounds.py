@@ -40,8 +40,7 @@ from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome
 from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
-
-from .rounds import NOTE
+from tests.support.payment_rounds import NOTE
 
 URL = "https://paid.example/inbox"
 #: The worker's settings, with the largest price a setting may name: only the bounds
@@ -154,7 +153,7 @@ def test_a_fee_no_payment_can_cost_is_stored_bounded(two_orphans: list[PaymentAt
 
 
 @pytest.fixture
-def claimed() -> tuple[ClaimedRow, MessageData]:
+def claim_and_message() -> tuple[ClaimedRow, MessageData]:
     """One delivery to :data:`URL`, claimed, and its message."""
     outbox.send(ACTOR, NOTE, [URL])
     [row] = claim(list(Delivery.objects.values_list("id", flat=True)), new_token())
@@ -168,14 +167,14 @@ def refused_with_a_reason(found: Exchange) -> None:
     assert reason in REASONS, found.error
 
 
-def stored(found: Exchange | Challenge, claimed: tuple[ClaimedRow, MessageData]) -> None:
+def stored(found: Exchange | Challenge, claim_and_message: tuple[ClaimedRow, MessageData]) -> None:
     """What the recorder does with a checked 402, rolled back after: a refusal has a
     reason; a challenge is stored (or held over the day's budget), its dates and amounts
     within bounds, and the ledger raises nothing."""
     if isinstance(found, Exchange):
         refused_with_a_reason(found)
         return
-    row, message = claimed
+    row, message = claim_and_message
     outcome = Outcome(row, message, AttemptResult.PAYING, report=PaymentReport(challenge=found))
     with transaction.atomic():
         [recorded] = record_payments([outcome], SETTINGS).outcomes
@@ -205,14 +204,14 @@ AMOUNTS = st.one_of(st.none(), st.integers(1, 10**7), st.integers(1, 2**80))
 @HYPOTHESIS
 @given(created_at=TIMES, expiry=EXPIRIES, amount=AMOUNTS)
 def test_no_signed_challenge_can_make_the_ledger_raise(
-    claimed: tuple[ClaimedRow, MessageData],
+    claim_and_message: tuple[ClaimedRow, MessageData],
     created_at: int,
     expiry: int,
     amount: int | None,
 ) -> None:
     issuer = InvoiceIssuer(InvoiceRegistry())
     header = issuer.challenge(amount, expiry=expiry, created_at=created_at).header
-    stored(challenge_of(job(), URL, 300, answer(header)), claimed)
+    stored(challenge_of(job(), URL, 300, answer(header)), claim_and_message)
 
 
 @pytest.mark.django_db
@@ -224,7 +223,7 @@ def test_no_signed_challenge_can_make_the_ledger_raise(
     payment_hash=st.text(alphabet="0123456789abcdefABCDEF", min_size=60, max_size=68),
 )
 def test_no_decoded_invoice_can_make_the_ledger_raise(
-    claimed: tuple[ClaimedRow, MessageData],
+    claim_and_message: tuple[ClaimedRow, MessageData],
     created_at: int,
     expiry: int,
     amount: int | None,
@@ -248,7 +247,7 @@ def test_no_decoded_invoice_can_make_the_ledger_raise(
         invoice=invoice.invoice,
         macaroon="AgEA",
     )
-    stored(challenge, claimed)
+    stored(challenge, claim_and_message)
 
 
 @settings(max_examples=300, deadline=None)

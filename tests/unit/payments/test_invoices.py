@@ -22,9 +22,9 @@ from django_outbox.payments.invoices import (
 from testproject.lightning import macaroons
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 from testproject.lightning.lnd import FakeLndServer
+from tests.support.payment_rounds import payments
 
 from .conftest import Clock
-from .rounds import payments
 
 
 def refusal(**options: object) -> Reason:

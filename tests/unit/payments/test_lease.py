@@ -41,7 +41,7 @@ from django_outbox.worker import lifecycle
 from testproject.lightning.l402_inbox import L402Gate
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
-from tests.unit.payments.rounds import payments
+from tests.support.payment_rounds import payments
 from tests.unit.payments.test_paying import (
     BODY_SIZE,
     SETTINGS,

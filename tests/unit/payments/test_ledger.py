@@ -33,7 +33,7 @@ from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402Gate, L402InboxServer, Mode
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
-from tests.unit.payments.rounds import (
+from tests.support.payment_rounds import (
     PRICE,
     attempted,
     payments,

@@ -2,7 +2,7 @@
 
 ``decode_invoice`` reads with the ``bolt11`` package (every supported Python: see the
 ``payments`` extra); these invoices and LND's own reading of them are in
-``lnd_invoices.py``, with where they come from.
+``tests/support/lnd_invoices.py``, with where they come from.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from django_outbox.payments.errors import InvoiceRefused, Reason
 from django_outbox.payments.invoices import check_invoice, decode_invoice
 from testproject.lightning.bolt11_reader import read_invoice
 from testproject.lightning.bolt11_writer import write_invoice
-from tests.unit.payments.lnd_invoices import (
+from tests.support.lnd_invoices import (
     ENCODED_BY_LND,
     FROM_AN_LND_NODE,
     LND_TEST_HASH,

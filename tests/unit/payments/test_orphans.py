@@ -24,7 +24,7 @@ from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
 from tests.support.broker import MemoryBroker
-from tests.unit.payments.rounds import PRICE, payments, round_of, send
+from tests.support.payment_rounds import PRICE, payments, round_of, send
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_caches")]
 

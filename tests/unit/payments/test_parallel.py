@@ -26,7 +26,7 @@ from testproject.lightning.l402_inbox import L402InboxServer, Mode
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
 from tests.support.broker import RecordingApp
-from tests.unit.payments.rounds import attempted, payments, recorded, round_of, send, serve
+from tests.support.payment_rounds import attempted, payments, recorded, round_of, send, serve
 
 pytestmark = [
     pytest.mark.django_db,

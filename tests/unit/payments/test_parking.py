@@ -30,7 +30,7 @@ from testproject.demo.keys import ACTOR
 from testproject.lightning.l402_inbox import L402InboxServer
 from testproject.lightning.node import FakeNode
 from tests.support.broker import RecordingApp
-from tests.unit.payments.rounds import NOTE, attempted, recorded, round_of, send, state
+from tests.support.payment_rounds import NOTE, attempted, recorded, round_of, send, state
 
 pytestmark = [
     pytest.mark.django_db,

@@ -2,7 +2,7 @@
 
 The unique payment hash refuses a second row for one invoice; what the ledger does
 then is decided by what is stored, never by the constraint's error alone.  Rounds of
-claim, send and record (tests/unit/payments/rounds.py) against an L402 gate that
+claim, send and record (tests/support/payment_rounds.py) against an L402 gate that
 answers every 402 with one challenge (``repeat_invoice``), on SQLite.
 """
 
@@ -24,7 +24,7 @@ from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402InboxServer, Mode
 from testproject.lightning.node import FakeNode
-from tests.unit.payments.rounds import PRICE, attempted, recorded, round_of, send, serve
+from tests.support.payment_rounds import PRICE, attempted, recorded, round_of, send, serve
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("memory_caches", "configured")]
 

@@ -1,0 +1,192 @@
+"""One attempt with breakers off, and an attempt that fails inside the package.
+
+``OUTBOX_BREAKER_THRESHOLD = 0`` turns circuit breakers off: every delivery goes
+to its inbox and no breaker store is asked.  An exception raised while
+attempting (a bug, a library's surprise) must not lose the delivery: the
+sending thread records it as a retry with an ``internal:`` error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from hashlib import sha256
+from typing import Any
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+
+from django_outbox.breakers import BreakerPolicy, MemoryBreakerStore
+from django_outbox.breakers.configured import configured_policy
+from django_outbox.models import Delivery, DeliveryState, Lane
+from django_outbox.transport import Transport
+from django_outbox.values.claimed import ClaimedRow, MessageData
+from django_outbox.values.outcomes import AttemptResult, Outcome
+from django_outbox.worker.attempt import Job, perform
+from django_outbox.worker.claiming import run_deliveries
+from django_outbox.worker.process import this_process
+from testproject.demo.keys import ACTOR, resolve
+from testproject.inbox_servers import Behaviour, InboxServer
+from tests.support.broker import RecordingApp
+from tests.support.in_process import settle
+from tests.support.rows import delivery, message
+
+FAILING = 12
+
+
+class NoBreakers:
+    """A breaker store that must not be asked: every call fails the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the breaker store was asked: {name}")
+
+
+@pytest.fixture
+def transport() -> Transport:
+    return Transport(user_agent="outbox-test/1", allowed_networks=["127.0.0.0/8"])
+
+
+def jobs(inbox_server: InboxServer, count: int) -> list[Job]:
+    """``count`` claimed jobs to ``/down`` on one host (no rows: ``perform`` reads none)."""
+    key = resolve(ACTOR)
+    assert key is not None
+    body = MessageData(
+        1,
+        ACTOR,
+        b"{}",
+        sha256(b"{}").digest(),
+        "application/activity+json",
+        None,
+        "Create",
+        False,
+        16,
+    )
+    send_by = time.monotonic() + 60
+    return [
+        Job(
+            ClaimedRow(
+                n, 1, inbox_server.url(f"/down?n={n}"), "127.0.0.1", [], Lane.DEFAULT, "", 1, "t"
+            ),
+            body,
+            key,
+            send_by,
+        )
+        for n in range(count)
+    ]
+
+
+# -- breakers off --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("threshold", [0, -1])
+def test_a_threshold_of_nought_or_less_turns_breakers_off(threshold: int) -> None:
+    with override_settings(OUTBOX_BREAKER_THRESHOLD=threshold):
+        assert configured_policy() is None
+    with override_settings(OUTBOX_BREAKER_THRESHOLD=3, OUTBOX_TOTAL_TIMEOUT=5):
+        assert configured_policy() == BreakerPolicy(threshold=3, cool_off=60.0, answer_within=20)
+
+
+@pytest.mark.parametrize(
+    ("threshold", "store", "sent"),
+    [(0, NoBreakers, FAILING), (3, MemoryBreakerStore, 3)],
+    ids=["breakers off: no store is asked", "breakers on"],
+)
+def test_a_failing_host_is_held_after_the_threshold_unless_breakers_are_off(
+    inbox_server: InboxServer, transport: Transport, threshold: int, store: type, sent: int
+) -> None:
+    inbox_server.behave("/down", Behaviour(statuses=(503,)))
+    with override_settings(OUTBOX_BREAKER_THRESHOLD=threshold):
+        policy = configured_policy()
+    breakers = store()
+
+    async def attempt_each() -> list[Outcome]:
+        done = [
+            await perform(job, transport, breakers, policy) for job in jobs(inbox_server, FAILING)
+        ]
+        transport.close()
+        return done
+
+    outcomes = asyncio.run(attempt_each())
+    held = FAILING - sent
+    expected = [AttemptResult.RETRY] * sent + [AttemptResult.HELD] * held
+    assert [o.result for o in outcomes] == expected
+    assert [o.status for o in outcomes] == [503] * sent + [None] * held
+    assert len(inbox_server.requests()) == sent
+
+
+@pytest.mark.django_db
+def test_a_worker_process_with_breakers_off_has_no_policy(worker_process: None) -> None:
+    with override_settings(OUTBOX_BREAKER_THRESHOLD=0):
+        assert this_process().policy is None
+
+
+# -- the internal: retry -------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_exception_while_attempting_is_a_retry_and_the_next_attempt_sends(
+    worker_process: None,
+    inbox_server: InboxServer,
+    broker: RecordingApp,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    row = delivery(message(), inbox=inbox_server.url())
+
+    def broken(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("django_outbox.worker.process.perform", broken)
+    with override_settings(OUTBOX_RETRY_BASE=1.0, OUTBOX_RETRY_CAP=1.0):
+        assert run_deliveries([row.pk]) is None
+        settle()
+    failed = Delivery.objects.get(pk=row.pk)
+    assert (failed.state, failed.attempts, failed.claimed_by) == ("queued", 1, "")
+    assert (failed.last_status, failed.last_error) == (
+        None,
+        "internal: the attempt: RuntimeError: boom",
+    )
+    assert inbox_server.requests() == []
+    # Retried on a countdown (jitter shortens the second by up to a quarter).
+    assert broker.countdowns() == {row.pk: 1}
+    assert 0.7 < (failed.next_attempt_at - failed.created_at).total_seconds() < 3
+
+    monkeypatch.setattr("django_outbox.worker.process.perform", perform)
+    time.sleep(max(0.0, (failed.next_attempt_at - timezone.now()).total_seconds()))
+    assert run_deliveries([row.pk]) is None
+    settle()
+    sent = Delivery.objects.get(pk=row.pk)
+    assert (sent.state, sent.attempts, sent.last_status, sent.last_error) == (
+        DeliveryState.DELIVERED,
+        2,
+        202,
+        "",
+    )
+    assert len(inbox_server.requests()) == 1
+
+
+def test_the_scheme_an_origin_accepted_reaches_the_shared_cache_with_the_batch(
+    inbox_server: InboxServer, transport: Transport
+) -> None:
+    from django.core.cache import caches
+
+    from django_outbox.conf import conf
+    from django_outbox.signing.schemes import share_learnt
+    from django_outbox.transport.target import parse_target
+
+    job = jobs(inbox_server, 1)[0]
+    origin = parse_target(job.row.inbox).origin
+    cache = caches[conf.SCHEME_CACHE]
+    key = f"django_outbox:scheme:{origin}"
+    cache.delete(key)
+
+    async def attempt() -> Outcome:
+        done = await perform(job, transport, MemoryBreakerStore(), None)
+        transport.close()
+        return done
+
+    assert asyncio.run(attempt()).result is AttemptResult.DELIVERED
+    assert cache.get(key) is None  # told when the batch of outcomes is saved
+    assert share_learnt() == 1
+    assert cache.get(key) == conf.FIRST_SCHEME
+    assert share_learnt() == 0
