@@ -1,4 +1,4 @@
-"""The delivery and payment lists' filters: each bounded, each showing what is chosen.
+"""The admin lists' filters: each bounded, each showing what is chosen.
 
 The overview links to lists filtered by host, message or due time; these filters
 show that choice in the sidebar (a plain URL lookup would filter invisibly).  None
@@ -104,7 +104,7 @@ class MessageFilter(IdFilter):
 
 
 class DeliveryFilter(IdFilter):
-    """Payments of one delivery."""
+    """Rows of one delivery (an extension's list of them)."""
 
     title = "delivery"
     parameter_name = "delivery"

@@ -3,7 +3,7 @@
 An operator pauses a host during an incident, or when its admin asks us to
 (``outbox hosts pause``, the host's admin page, :func:`pause_host`), with a reason
 and, if they like, an end.  A worker parks each delivery it claims for a paused
-host, as it parks one held while its host is paid: no request, no attempt spent,
+host, as an extension parks those it holds: no request, no attempt spent,
 ``queued`` with its ``last_error`` saying ``held: <host> is paused ...``, due again
 when the pause ends, or :data:`RECHECK` seconds later for a pause with no end.
 Resuming (:func:`resume_host`, or the end passing) publishes them again at once.  A

@@ -11,7 +11,7 @@ an extension writes only those it needs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,6 +22,7 @@ from django_outbox.values.outcomes import AttemptReport, AttemptResult, Outcome
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
     from django.contrib.admin.options import InlineModelAdmin
+    from prometheus_client.core import Metric
 
 #: Sends the attempt's request, with an ``Authorization`` header when given one.
 Post = Callable[[str | None], Awaitable[Response]]
@@ -102,6 +103,11 @@ class Extension:
 
     def register_admin(self, site: AdminSite) -> None:
         """Register the extension's admin pages."""
+
+    def metric_families(self, ttl: float) -> Iterable[Metric]:
+        """Gauges for ``/metrics``, from the database at most ``ttl`` seconds old (called
+        only when ``prometheus-client`` is installed)."""
+        return ()
 
     def delivery_inlines(self, delivery: Any) -> list[type[InlineModelAdmin[Any, Any]]]:
         """Inlines the extension adds to a delivery's admin page."""

@@ -6,11 +6,22 @@ Paid push (``django_outbox.payments``) is the one the package ships, turned on b
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
+from importlib import import_module
+from typing import TYPE_CHECKING
 
 from django_outbox.conf import conf
 from django_outbox.extensions import Extension, Tickets
 from django_outbox.values.claimed import ClaimedRow
+
+if TYPE_CHECKING:
+    from django.dispatch import Signal
+
+#: Signals once declared in :mod:`django_outbox.signals`, and the module that holds them now.
+MOVED_SIGNALS = dict.fromkeys(
+    ("payment_made", "payment_failed", "payment_budget_exceeded"), "django_outbox.payments.signals"
+)
 
 
 def active() -> tuple[Extension, ...]:
@@ -32,3 +43,19 @@ def tickets(claimed: Sequence[ClaimedRow]) -> Tickets:
         for pk, ticket in made.tickets.items():
             found.tickets.setdefault(pk, ticket)
     return found
+
+
+def moved_signal(name: str) -> Signal:
+    """The signal ``name`` of :data:`MOVED_SIGNALS`, after a warning that says where it
+    lives now; :class:`AttributeError` for any other name."""
+    if name not in MOVED_SIGNALS:
+        raise AttributeError(f"module 'django_outbox.signals' has no attribute {name!r}")
+    module = MOVED_SIGNALS[name]
+    warnings.warn(
+        f"django_outbox.signals.{name} moved to {module}.{name}; the old path goes in a "
+        "later release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    signal: Signal = getattr(import_module(module), name)
+    return signal

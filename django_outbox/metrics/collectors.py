@@ -24,6 +24,7 @@ from prometheus_client.core import (
 from django_outbox.breakers import BreakerState
 from django_outbox.breakers.policy import breaker_host
 from django_outbox.conf import conf
+from django_outbox.extensions.registry import active
 from django_outbox.metrics.destinations import DestinationGauges, destination_gauges
 from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.metrics.tally import (
@@ -38,7 +39,6 @@ from django_outbox.metrics.tally import (
     decode,
 )
 from django_outbox.models import FINAL_STATES, Lane
-from django_outbox.payments.models import PaymentState
 from django_outbox.signing.http import Scheme
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME
 from django_outbox.status.processes import ProcessStatus
@@ -106,9 +106,14 @@ class OutboxCollector:
         try:
             gauges = destination_gauges(conf.METRICS_TTL)
         except Exception:
-            logger.warning("cannot read the hosts' backlog or the payments", exc_info=True)
-            return
-        yield from destination_families(gauges)
+            logger.warning("cannot read the hosts' backlog", exc_info=True)
+        else:
+            yield from destination_families(gauges)
+        for extension in active():
+            try:
+                yield from extension.metric_families(conf.METRICS_TTL)
+            except Exception:
+                logger.warning("cannot read the gauges of %s", extension.name, exc_info=True)
 
 
 def counter_families(fields: dict[str, float]) -> Iterator[Metric]:
@@ -278,7 +283,7 @@ def breaker_families(breakers: Sequence[BreakerState]) -> Iterator[Metric]:
 
 
 def destination_families(gauges: DestinationGauges) -> Iterator[Metric]:
-    """The hosts' backlog ages, and what paid push paid (with ``OUTBOX_PAYMENTS``)."""
+    """The hosts' backlog ages."""
     backlog = GaugeMetricFamily(
         "outbox_host_backlog_age_seconds",
         f"Seconds the oldest due delivery of each of the {TOP_HOSTS} longest-waiting hosts "
@@ -288,16 +293,3 @@ def destination_families(gauges: DestinationGauges) -> Iterator[Metric]:
     for host, age in gauges.backlog_ages:
         backlog.add_metric([host], age)
     yield backlog
-    payments = gauges.payments
-    if payments is None:
-        return
-    described = (
-        ("outbox_payments", "Payment attempts kept, by state.", payments.count),
-        ("outbox_payments_amount_msat", "Their prices (msat), by state.", payments.amount_msat),
-        ("outbox_payments_fee_msat", "Their routing fees (msat), by state.", payments.fee_msat),
-    )
-    for name, help_text, values in described:
-        family = GaugeMetricFamily(name, help_text, labels=["state"])
-        for state in PaymentState.values:
-            family.add_metric([state], values.get(state, 0))
-        yield family

@@ -11,7 +11,7 @@ finished deliveries, and the sweep prunes old attempts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -38,6 +38,7 @@ from django_outbox.values.outcomes import AttemptResult, Outcome
 if TYPE_CHECKING:
     from django.contrib.admin import AdminSite
     from django.contrib.admin.options import InlineModelAdmin
+    from prometheus_client.core import Metric
 
 
 class PaidPush(Extension):
@@ -99,6 +100,12 @@ class PaidPush(Extension):
         from django_outbox.payments.models import PaymentAttempt
 
         site.register(PaymentAttempt, PaymentAttemptAdmin)
+
+    def metric_families(self, ttl: float) -> Iterable[Metric]:
+        """The payment attempts kept, their prices and fees, by state."""
+        from django_outbox.payments.metrics import payment_families
+
+        return payment_families(ttl)
 
     def delivery_inlines(self, delivery: Any) -> list[type[InlineModelAdmin[Any, Any]]]:
         """The payments, for a delivery that met a 402."""

@@ -8,12 +8,8 @@ from typing import Any
 
 from django_outbox.models import Delivery
 from django_outbox.payments.models import PaymentAttempt
-from django_outbox.signals import (
-    payment_budget_exceeded,
-    payment_failed,
-    payment_made,
-    send_logged,
-)
+from django_outbox.payments.signals import payment_budget_exceeded, payment_failed, payment_made
+from django_outbox.signals import send_logged
 
 
 class PaymentSignals:

@@ -35,26 +35,6 @@ Every signal is sent with ``sender=Delivery`` (``endpoint_disabled`` with
     ``status`` (``None`` when nothing answered) and ``error``.  Deliveries to it
     are skipped, each with ``delivery_failed``, until ``outbox.enable_endpoint``.
 
-``payment_made``
-    When the Lightning node confirms a payment to a destination that answered
-    ``402`` (see ``docs/payments.md``).  ``delivery`` (the row, or ``None`` if
-    it was pruned), ``actor`` (whose budget paid), ``destination`` (the URL that
-    charged), ``amount_msat``, ``fee_msat`` (routing fee) and ``payment_hash``
-    (hex).  Never a preimage or a macaroon.
-
-``payment_failed``
-    When a stored payment attempt fails: the node says nothing was paid
-    (``paid=False``), or the destination refused the token it had just been paid
-    for (``paid=True``: the money is gone).  The arguments of ``payment_made``
-    and ``reason`` (str).
-
-``payment_budget_exceeded``
-    When paying a destination would pass ``OUTBOX_PAYMENTS['DAILY_BUDGET_MSAT']``
-    for the sender: the delivery is held until the next day (UTC), not failed.
-    ``delivery``, ``actor``, ``day`` (a ``date``, UTC), ``spent_msat`` (paid or
-    reserved that day), ``budget_msat`` and ``amount_msat`` (the price asked).
-    Sent for each delivery held.
-
 ``host_unavailable`` (``sender=Host``)
     When a host is marked unavailable (``OUTBOX_UNAVAILABLE_AFTER_DAYS`` days of its
     own failures, no success between): ``host`` (the host name), ``since`` (when, an
@@ -67,9 +47,9 @@ Every signal is sent with ``sender=Delivery`` (``endpoint_disabled`` with
     When an unavailable host is available again: it accepted a delivery, an
     operator reset it, or the application called ``outbox.host_seen(host)``.  ``host``.
 
-``delivery_settled`` also carries ``amount_msat``: what the delivery's own
-payment cost when it was delivered with it (0 for an unpaid destination, or a
-token another delivery paid for).
+``delivery_settled`` also carries ``amount_msat``: what the destination charged for
+this delivery, in millisatoshi, when it was delivered with a price paid for it (0
+otherwise).  Extensions declare their own signals in their own packages.
 
 Receivers run in the worker's recorder thread through ``send_robust``: one
 that raises is logged and does not stop delivery.  The signals of an attempt
@@ -77,8 +57,8 @@ are sent before its row is saved, while the delivery is still claimed: a
 worker that dies in between leaves the delivery to be sent again and its
 signals sent again.  They are therefore at least once, and a receiver must
 tolerate running twice for one delivery; the ``delivery`` row passed in
-already carries its new state, which the database may not show yet.  The
-payment signals, ``endpoint_disabled`` and the host signals are sent once their
+already carries its new state, which the database may not show yet.
+``endpoint_disabled`` and the host signals are sent once their
 change is committed, at most once each (a host marked by two processes at once may
 be announced twice).
 """
@@ -94,13 +74,17 @@ delivery_attempted = Signal()
 delivery_settled = Signal()
 delivery_failed = Signal()
 endpoint_disabled = Signal()
-payment_made = Signal()
-payment_failed = Signal()
-payment_budget_exceeded = Signal()
 host_unavailable = Signal()
 host_available = Signal()
 
 logger = logging.getLogger("django_outbox.signals")
+
+
+def __getattr__(name: str) -> Signal:
+    # Signals of extensions that were declared here once: still found, with a warning.
+    from django_outbox.extensions.registry import moved_signal
+
+    return moved_signal(name)
 
 
 def send_logged(signal: Signal, sender: type, **kwargs: Any) -> None:

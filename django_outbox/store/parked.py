@@ -1,10 +1,10 @@
 """Ending holds early: deliveries parked for a host, made due now.
 
-A delivery held for its host (while the host is paid, or paused by hand) is parked in
+A delivery held for its host (paused by hand, or held by an extension) is parked in
 the database until its hold ends (:func:`~django_outbox.store.transitions.park`):
 ``queued``, due later, with no message on the broker and its ``last_error`` saying why
-it waits.  When what it waited for happens sooner (a token bought, a payment slot
-freed, the host resumed), :func:`release_parked` makes it due at once and hands back
+it waits.  When what it waited for happens sooner (the host resumed, or what an
+extension waited for came), :func:`release_parked` makes it due at once and hands back
 its id to publish, rather than leave it to its hold timer and the recovery pass.
 Only rows still queued and parked for the given reasons are touched, so a delivery
 that moved on meanwhile is left alone.

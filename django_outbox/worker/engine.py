@@ -3,7 +3,7 @@
 A Celery task only claims rows and hands them to the process's :class:`Engine`:
 an event loop in a thread of its own that keeps up to ``OUTBOX_CONCURRENCY``
 deliveries in flight, at most ``OUTBOX_PER_HOST`` to one host (a job the caller
-puts in no host's line, a delivery paying its own invoice, is not held by that cap).
+puts in no host's line, one whose extension ticket is urgent, is not held by that cap).
 A delivery whose host is at its cap waits in that host's line, and one under way for
 :data:`SLOW_AFTER` seconds stops counting against the concurrency (up to
 ``max_in_flight`` in all), so slow or silent servers take their own slots and no

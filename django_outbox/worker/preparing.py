@@ -2,7 +2,7 @@
 
 A claimed delivery becomes a :class:`~django_outbox.worker.attempt.Job` with what signs
 it and the headers it carries, or an outcome at once: expired, skipped, refused (its
-sender lost its key, its endpoint its secret), held while its host is paid, or retried
+sender lost its key, its endpoint its secret), held by an extension, or retried
 after an internal error.  What the application's functions answer for a claim (the key
 resolver, the webhook secret resolver, the collection-synchronisation callback) comes
 through :class:`Answers`: the worker asks them up front, concurrently and bounded in

@@ -6,8 +6,8 @@ whose one thread gathers them for up to :attr:`Recorder.WINDOW` and saves them
 in batches, on one connection, through :mod:`django_outbox.store.transitions`
 (each update conditional on the claim the attempt was made under).  Signals
 are sent before the batch is saved (at least once, see ``signals.py``);
-retries and successors are published after it commits.  Deliveries held while
-their host is paid are parked instead, as a claim parks them (no outcome saved).
+retries and successors are published after it commits.  The active extensions
+record their part first (:meth:`~django_outbox.extensions.Extension.record`).
 """
 
 from __future__ import annotations

@@ -6,14 +6,12 @@ from typing import Any
 
 from django.dispatch import receiver
 
+from django_outbox.payments.signals import payment_budget_exceeded, payment_failed, payment_made
 from django_outbox.signals import (
     delivery_attempted,
     delivery_failed,
     delivery_settled,
     endpoint_disabled,
-    payment_budget_exceeded,
-    payment_failed,
-    payment_made,
 )
 from testproject.demo.models import SignalLog
 

@@ -41,3 +41,13 @@ def test_every_new_path_exists_and_no_old_one_is_a_file(old: str) -> None:
 def test_a_name_that_never_existed_is_not_found() -> None:
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("django_outbox.no_such_module")
+
+
+def test_a_signal_of_paid_push_is_still_found_where_it_was_declared() -> None:
+    import django_outbox.signals as signals
+    from django_outbox.payments.signals import payment_made
+
+    with pytest.warns(DeprecationWarning, match="moved to django_outbox.payments.signals"):
+        assert signals.payment_made is payment_made
+    with pytest.raises(AttributeError):
+        signals.no_such_signal  # noqa: B018

@@ -22,12 +22,8 @@ from django_outbox.payments import paying
 from django_outbox.payments.lookups import claim_lookup, spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentHost
 from django_outbox.payments.reports import BOUGHT_MEANWHILE, MET_402_LATELY
-from django_outbox.signals import (
-    delivery_settled,
-    payment_budget_exceeded,
-    payment_failed,
-    payment_made,
-)
+from django_outbox.payments.signals import payment_budget_exceeded, payment_failed, payment_made
+from django_outbox.signals import delivery_settled
 from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402Gate, L402InboxServer, Mode
