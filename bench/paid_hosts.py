@@ -71,7 +71,7 @@ def payments_setting(paid: PaidFarm, **extra: Any) -> dict[str, Any]:
     payment, and ``extra`` keys; every other key is the package default."""
     options = {"url": paid.ready["lnd_url"], "macaroon_hex": paid.ready["lnd_macaroon_hex"]}
     return {
-        "CLIENT": "django_outbox.payments.lnd.LndRestClient",
+        "CLIENT": "django_outbox.payments.clients.lnd.LndRestClient",
         "OPTIONS": {**options, "timeout": 10},
         "NETWORK": "bcrt",
         "MAX_PRICE_MSAT": 10 * PRICE_MSAT,

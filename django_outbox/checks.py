@@ -99,16 +99,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 id="django_outbox.E016",
             )
         )
-    if hasattr(settings, "OUTBOX_MAX_THREADS"):
-        errors.append(
-            Warning(
-                "OUTBOX_MAX_THREADS is no longer read: deliveries wait on an event loop, "
-                "not in threads.",
-                hint="Set OUTBOX_MAX_IN_FLIGHT (deliveries in flight at most, slow ones "
-                "included) instead.",
-                id="django_outbox.W004",
-            )
-        )
     errors.extend(_check_sqlite())
     return errors
 

@@ -107,7 +107,7 @@ def problems(value: Any) -> list[tuple[str, str]]:
             (
                 "CLIENT",
                 "OUTBOX_PAYMENTS['CLIENT'] must name a payment client class, e.g. "
-                "'django_outbox.payments.lnd.LndRestClient'.",
+                "'django_outbox.payments.clients.lnd.LndRestClient'.",
             )
         )
     if not isinstance(value.get("OPTIONS", {}), Mapping):

@@ -32,7 +32,7 @@ class Lightning:
         options = {"url": self.lnd.url, "macaroon_hex": self.lnd.macaroon_hex, "timeout": 10}
         return {
             "OUTBOX_PAYMENTS": {
-                "CLIENT": "django_outbox.payments.lnd.LndRestClient",
+                "CLIENT": "django_outbox.payments.clients.lnd.LndRestClient",
                 "OPTIONS": options,
                 "NETWORK": "bcrt",
                 "MAX_PRICE_MSAT": 10_000,

@@ -80,7 +80,6 @@ def test_the_test_project_is_clean() -> None:
         ({"OUTBOX_LEASE_SECONDS": 0}, ["E006", "W003"]),
         ({"OUTBOX_LEASE_SECONDS": 30, "OUTBOX_TOTAL_TIMEOUT": 30}, ["W003"]),
         ({"OUTBOX_LEASE_SECONDS": 70, "OUTBOX_TOTAL_TIMEOUT": 30}, []),
-        ({"OUTBOX_MAX_THREADS": 256}, ["W004"]),
         ({"OUTBOX_HEARTBEAT_INTERVAL": 0}, ["E006"]),
         ({"OUTBOX_HEARTBEAT_TIMEOUT": -1}, ["E006", "E016"]),
         ({"OUTBOX_HEARTBEAT_INTERVAL": 6, "OUTBOX_HEARTBEAT_TIMEOUT": 15}, ["E016"]),

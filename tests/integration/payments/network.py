@@ -40,7 +40,7 @@ class Lightning:
         """``OUTBOX_PAYMENTS`` for a worker paying through this network."""
         options = {"url": self.lnd.url, "macaroon_hex": self.lnd.macaroon_hex, "timeout": timeout}
         return {
-            "CLIENT": "django_outbox.payments.lnd.LndRestClient",
+            "CLIENT": "django_outbox.payments.clients.lnd.LndRestClient",
             "OPTIONS": options,
             "NETWORK": "bcrt",
             "MAX_FEE_MSAT": 100,

@@ -281,7 +281,7 @@ def test_core_lightning_pays_through_the_same_flow(
     cln: Any, inbox: L402InboxServer, node: FakeNode
 ) -> None:
     setting = {
-        "CLIENT": "django_outbox.payments.cln.ClnClient",
+        "CLIENT": "django_outbox.payments.clients.cln.ClnClient",
         "OPTIONS": {"rpc_path": cln.path, "timeout": 5, "retry_for": 2},
         "NETWORK": "bcrt",
         "MAX_FEE_MSAT": 100,

@@ -14,7 +14,7 @@ from django_outbox.payments.clients.lnd import LndRestClient
 from django_outbox.payments.settings import PaymentSettings, read_payments
 
 GOOD = {
-    "CLIENT": "django_outbox.payments.lnd.LndRestClient",
+    "CLIENT": "django_outbox.payments.clients.lnd.LndRestClient",
     "OPTIONS": {"url": "https://127.0.0.1:8080", "macaroon_hex": "ab" * 32},
     "MAX_PRICE_MSAT": 50_000,
     "DAILY_BUDGET_MSAT": 10_000_000,

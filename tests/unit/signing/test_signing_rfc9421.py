@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from django_outbox.sending.keys import load_private_key, public_pem
 from django_outbox.signing import RFC9421_COVERED, Scheme, SigningError
-from django_outbox.signing import http as signing
+from django_outbox.signing import rfc9421 as signing
 from django_outbox.transport.target import parse_target
 from tests.support.signing_samples import (
     BODY,
