@@ -230,7 +230,7 @@ class Host(models.Model):
 
 class HostPause(models.Model):
     """A host an operator paused: deliveries to it are held, not sent, until it is
-    resumed or ``until`` passes (see :mod:`django_outbox.destinations.pauses`)."""
+    resumed or ``until`` passes (see :mod:`django_outbox.upkeep.pauses`)."""
 
     name = models.CharField(max_length=columns.HOST, unique=True)
     reason = models.CharField(max_length=500, blank=True, default="")

@@ -47,7 +47,7 @@ OLD_TO_NEW = {
     "django_outbox.outcomes": "django_outbox.values.outcomes",
     "django_outbox.overview": "django_outbox.admin.overview",
     "django_outbox.passes": "django_outbox.upkeep.passes",
-    "django_outbox.pauses": "django_outbox.destinations.pauses",
+    "django_outbox.pauses": "django_outbox.upkeep.pauses",
     "django_outbox.portable": "django_outbox.sending.portable",
     "django_outbox.progress": "django_outbox.status.progress",
     "django_outbox.recipients": "django_outbox.sending.recipients",

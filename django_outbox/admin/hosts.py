@@ -30,13 +30,13 @@ from django_outbox.admin.readonly import ReadOnlyAdmin
 from django_outbox.breakers import BreakerStoreUnavailable
 from django_outbox.breakers.configured import breakers_shared, configured_store
 from django_outbox.breakers.policy import breaker_host
-from django_outbox.destinations.pauses import pause_host, resume_host
 from django_outbox.exceptions import InvalidHost, InvalidSince
 from django_outbox.extensions.registry import active
 from django_outbox.models import Delivery, Host, HostPause
 from django_outbox.status.hosts import host_report, reset_hosts
 from django_outbox.status.snapshot import FAILED_RESULTS, STATES
 from django_outbox.upkeep.bulk import parse_since, parse_until
+from django_outbox.upkeep.pauses import pause_host, resume_host
 
 #: Said instead of "no breaker is open" when the breakers are out of the web's sight.
 BREAKERS_UNSEEN = (

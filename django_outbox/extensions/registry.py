@@ -1,15 +1,20 @@
 """Which extensions take part in delivery: those the settings turn on.
 
 Paid push (``django_outbox.payments``) is the one the package ships, turned on by
-``OUTBOX_PAYMENTS``; its code is imported only then.
+``OUTBOX_PAYMENTS``.  An extension is named by the dotted path of its instance and
+imported only once it is turned on, so that the core depends on the seam alone and
+an extension's code is not loaded while it is off.
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING
+
+from django.utils.module_loading import import_string
 
 from django_outbox.conf import conf
 from django_outbox.extensions import Extension, Tickets
@@ -24,13 +29,24 @@ MOVED_SIGNALS = dict.fromkeys(
 )
 
 
+#: Paid push's instance, loaded when ``OUTBOX_PAYMENTS`` is set.
+PAID_PUSH = "django_outbox.payments.extension.PAID_PUSH"
+
+
 def active() -> tuple[Extension, ...]:
     """The extensions turned on, in the order they take part."""
     if conf.PAYMENTS is None:
         return ()
-    from django_outbox.payments.extension import PAID_PUSH
+    return (load(PAID_PUSH),)
 
-    return (PAID_PUSH,)
+
+@functools.cache
+def load(path: str) -> Extension:
+    """The :class:`Extension` instance at the dotted ``path``, imported once."""
+    extension = import_string(path)
+    if not isinstance(extension, Extension):
+        raise TypeError(f"{path} is not a django_outbox.extensions.Extension")
+    return extension
 
 
 def tickets(claimed: Sequence[ClaimedRow]) -> Tickets:

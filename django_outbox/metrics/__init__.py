@@ -1,10 +1,8 @@
-"""Metrics: what the workers count, where they keep it, and how Prometheus reads it.
+"""Metrics: how Prometheus reads what the workers count and what the database holds.
 
-Workers add up what a batch of outcomes did (:mod:`~django_outbox.metrics.recording`)
-in process memory and write the sums every second to a store shared by every
-worker process on every machine (:mod:`~django_outbox.metrics.shared_counters`: a Redis
-hash, or this process's memory without Redis).  A scrape reads that store and a
-cached snapshot of the database (:mod:`~django_outbox.status`); only the
-exposition needs ``prometheus-client`` (``django-outbox[metrics]``), imported in
+A scrape reads the workers' counters (:mod:`django_outbox.counters`, shared
+through Redis) and a cached snapshot of the database (:mod:`~django_outbox.status`),
+and the gauges of the active extensions; only the exposition needs
+``prometheus-client`` (``django-outbox[metrics]``), imported in
 :mod:`~django_outbox.metrics.registry` alone.  See ``docs/operations.md``.
 """

@@ -24,10 +24,8 @@ from prometheus_client.core import (
 from django_outbox.breakers import BreakerState
 from django_outbox.breakers.policy import breaker_host
 from django_outbox.conf import conf
-from django_outbox.extensions.registry import active
-from django_outbox.metrics.destinations import DestinationGauges, destination_gauges
-from django_outbox.metrics.shared_counters import configured_metrics_store
-from django_outbox.metrics.tally import (
+from django_outbox.counters.shared import configured_metrics_store
+from django_outbox.counters.tally import (
     ATTEMPT_SECONDS,
     ATTEMPTS,
     FANOUT,
@@ -38,6 +36,8 @@ from django_outbox.metrics.tally import (
     bound_label,
     decode,
 )
+from django_outbox.extensions.registry import active
+from django_outbox.metrics.destinations import DestinationGauges, destination_gauges
 from django_outbox.models import FINAL_STATES, Lane
 from django_outbox.signing.http import Scheme
 from django_outbox.signing.webhooks import WEBHOOK_SCHEME

@@ -25,11 +25,10 @@ from django.db.models import QuerySet
 
 from django_outbox.broker.publish import start_expansion_on_commit
 from django_outbox.conf import conf
+from django_outbox.counters.recording import record_fanout
 from django_outbox.destinations.availability import host_seen
 from django_outbox.destinations.endpoint_health import enable_endpoints
-from django_outbox.destinations.pauses import Pause, pause_host, resume_host
 from django_outbox.exceptions import InvalidBatch, InvalidInbox
-from django_outbox.metrics.recording import record_fanout
 from django_outbox.models import Delivery, Message, Signing
 from django_outbox.sending.batch import Batch
 from django_outbox.sending.fanout import choose_lane, store_pending, write_deliveries
@@ -50,6 +49,7 @@ from django_outbox.signing.webhooks import check_webhook_id, new_webhook_id
 from django_outbox.status.progress import Progress, message_progress
 from django_outbox.transport.addresses import parse_networks
 from django_outbox.upkeep.operations import give_up, requeue
+from django_outbox.upkeep.pauses import Pause, pause_host, resume_host
 
 
 class Outbox:
@@ -295,7 +295,7 @@ class Outbox:
 
     def pause_host(self, host: str, reason: str = "", until: datetime | None = None) -> Pause:
         """Hold every delivery to ``host`` (not failed, no attempt spent) until
-        :meth:`resume_host`, or ``until``; see :mod:`django_outbox.destinations.pauses`."""
+        :meth:`resume_host`, or ``until``; see :mod:`django_outbox.upkeep.pauses`."""
         return pause_host(host, reason, until)
 
     def resume_host(self, host: str) -> int:

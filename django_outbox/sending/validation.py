@@ -31,7 +31,6 @@ from django_outbox.sending.keys import InvalidSigningKey, SenderKey, load_privat
 from django_outbox.transport.addresses import IPNetwork, refusal_without_dns
 from django_outbox.transport.target import (
     Target,
-    canonical_host,
     parse_target,
     well_formed_lines,
 )
@@ -52,11 +51,6 @@ _NAMED_ADDRESS = re.compile(
     r"\nhttps?://(\[[0-9a-f:.]*\]|[0-9][^/:\n]*|(?:[^/:\n]*\.)?localhost(?=[:/]))"
 )
 _LITERAL_SCREEN = re.compile(r"://[0-9\[]")
-
-
-def inbox_host(inbox: str) -> str:
-    """The host of an inbox URL :func:`clean_inboxes` accepted: the one the worker contacts."""
-    return canonical_host(inbox, columns.URL) or parse_target(inbox, columns.URL).host
 
 
 def clean_inboxes(

@@ -10,8 +10,8 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerState, BreakerStoreUnavailable, breaker_key
 from django_outbox.breakers.configured import configured_store
+from django_outbox.counters.shared import configured_metrics_store
 from django_outbox.destinations.availability import forget_hosts
-from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, HostPause
 from django_outbox.status.snapshot import STATES
 from django_outbox.status.timings import HostTime, parse_timings, slowest_hosts

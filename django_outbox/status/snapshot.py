@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerState, BreakerStoreUnavailable
 from django_outbox.breakers.configured import configured_store
-from django_outbox.metrics.shared_counters import configured_metrics_store
+from django_outbox.counters.shared import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Lane
 from django_outbox.status.fresh import Fresh
 from django_outbox.status.processes import ProcessStatus, process_statuses

@@ -2,7 +2,7 @@
 
 Like Bison Relay's queue, which keeps the last few hundred send times and
 reports their quantiles, the workers keep the last
-:data:`~django_outbox.metrics.shared_counters.WINDOW` attempts (host and seconds) in the
+:data:`~django_outbox.counters.shared.WINDOW` attempts (host and seconds) in the
 shared metrics store; send-to-settle times come from the database.
 """
 

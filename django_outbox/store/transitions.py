@@ -45,7 +45,6 @@ from django_outbox.models import (
     Lane,
     Message,
 )
-from django_outbox.sending.validation import inbox_host
 from django_outbox.store.bulk_insert import bulk_insert
 from django_outbox.store.claimed import CLAIMED_COLUMNS, check_claims, claimed_row
 from django_outbox.store.grouped_updates import UNSPEND, GroupedUpdates, update_claimed
@@ -59,6 +58,7 @@ from django_outbox.store.queries import (
     next_waiting,
     stranded_pairs,
 )
+from django_outbox.transport.target import inbox_host
 from django_outbox.values.claimed import ClaimedRow
 from django_outbox.values.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
 from django_outbox.values.safe_text import one_line

@@ -41,6 +41,7 @@ from functools import lru_cache
 import idna
 
 from django_outbox.exceptions import InvalidInbox
+from django_outbox.values import columns
 from django_outbox.values.safe_text import shown as _shown
 
 #: The default longest URL accepted: the size of the column that stores it.
@@ -348,3 +349,8 @@ def well_formed_lines(text: str, max_length: int = DEFAULT_MAX_LENGTH) -> bool:
     them one by one with :func:`parse_target` for the error of the first bad one.
     """
     return _fast_patterns(max_length)[1].fullmatch(text) is not None
+
+
+def inbox_host(inbox: str) -> str:
+    """The host of an inbox URL ``outbox.send`` accepted: the one the worker contacts."""
+    return canonical_host(inbox, columns.URL) or parse_target(inbox, columns.URL).host

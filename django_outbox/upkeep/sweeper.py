@@ -23,11 +23,11 @@ from collections.abc import Callable
 
 from django_outbox.broker.publish import publish, restart_expansions, take_undispatched
 from django_outbox.conf import conf
-from django_outbox.destinations.pauses import end_lapsed_pauses
 from django_outbox.extensions.registry import active
 from django_outbox.store import heartbeats, queries, reclaim, transitions
 from django_outbox.upkeep.operations import give_up, resend_failed_signals, take_back
 from django_outbox.upkeep.passes import Steps, run_steps
+from django_outbox.upkeep.pauses import end_lapsed_pauses
 
 logger = logging.getLogger("django_outbox.sweeper")
 

@@ -24,12 +24,12 @@ from django.utils import timezone
 from django_outbox.conf import conf
 from django_outbox.destinations.availability import unavailable_hosts
 from django_outbox.destinations.endpoint_health import disabled_endpoints, skip_reason
-from django_outbox.destinations.pauses import paused_hosts
 from django_outbox.extensions.registry import active, tickets
 from django_outbox.models import Signing
 from django_outbox.sending.keys import SenderKey
 from django_outbox.signing.webhooks import InvalidWebhookSecret, WebhookKeys, as_webhook_keys
 from django_outbox.store.transitions import park
+from django_outbox.upkeep.pauses import paused_hosts
 from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
 from django_outbox.worker.attempt import Job
@@ -141,7 +141,7 @@ def prepare_jobs(
     """The jobs to send for ``claimed``; the outcomes of those not to send go to ``settle``.
 
     A delivery past its batch's deadline expires, one to a paused host is parked
-    until the pause ends (:mod:`~django_outbox.destinations.pauses`), one to an unavailable host
+    until the pause ends (:mod:`~django_outbox.upkeep.pauses`), one to an unavailable host
     is skipped (as ``OUTBOX_SKIP_UNAVAILABLE`` decides), and so is a webhook to a
     disabled endpoint, one whose sender lost
     its key (or whose endpoint its webhook secret) is refused, and one whose

@@ -32,8 +32,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from django_outbox.breakers.configured import configured_policy, configured_store
 from django_outbox.broker.publish import publish
 from django_outbox.conf import conf
+from django_outbox.counters.recording import stop_recording, watch_engine
 from django_outbox.exceptions import OutboxError
-from django_outbox.metrics.recording import stop_recording, watch_engine
 from django_outbox.models import Lane, Signing
 from django_outbox.sending.keys import SenderKey
 from django_outbox.signing.schemes import recall

@@ -24,8 +24,8 @@ from django.db import connections
 
 from django_outbox.broker.publish import publish
 from django_outbox.conf import conf
+from django_outbox.counters.recording import record_batch
 from django_outbox.extensions.registry import active
-from django_outbox.metrics.recording import record_batch
 from django_outbox.models import Signing
 from django_outbox.signals.sending import AttemptSignals
 from django_outbox.signing.schemes import share_learnt

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerPolicy
 from django_outbox.breakers.configured import configured_store
-from django_outbox.metrics.shared_counters import configured_metrics_store
+from django_outbox.counters.shared import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, Lane, Message
 from django_outbox.status.timeline import forget_ended_hours
 from testproject.demo.keys import ACTOR

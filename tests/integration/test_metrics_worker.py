@@ -17,8 +17,8 @@ import pytest
 from django.test import Client, RequestFactory, override_settings
 
 from django_outbox import Batch, outbox
-from django_outbox.metrics.recording import FLUSH_EVERY
-from django_outbox.metrics.shared_counters import configured_metrics_store
+from django_outbox.counters.recording import FLUSH_EVERY
+from django_outbox.counters.shared import configured_metrics_store
 from django_outbox.models import LIVE_STATES, Attempt, Delivery
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer

@@ -12,9 +12,9 @@ from django.test import override_settings
 from prometheus_client import CollectorRegistry, generate_latest
 
 from django_outbox.breakers import MemoryBreakerStore
-from django_outbox.metrics import recording
+from django_outbox.counters import recording
+from django_outbox.counters.shared import configured_metrics_store
 from django_outbox.metrics.collectors import OutboxCollector
-from django_outbox.metrics.shared_counters import configured_metrics_store
 from django_outbox.models import Delivery, Message
 from django_outbox.status.timeline import forget_ended_hours
 from testproject.demo.keys import ACTOR

@@ -23,13 +23,13 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import QuerySet
 
-from django_outbox.destinations.pauses import pause_host, resume_host
 from django_outbox.exceptions import InvalidHost, InvalidSince
 from django_outbox.models import Delivery, Host
 from django_outbox.status.hosts import HostReport, host_report, reset_hosts
 from django_outbox.status.snapshot import take_snapshot
 from django_outbox.status.text import clock, render_host, render_snapshot, table
 from django_outbox.upkeep import bulk
+from django_outbox.upkeep.pauses import pause_host, resume_host
 
 _FINAL = list(bulk.FINAL)
 _LIVE = list(bulk.LIVE)

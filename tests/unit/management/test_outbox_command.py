@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_outbox.breakers import BreakerPolicy
-from django_outbox.metrics.shared_counters import configured_metrics_store
+from django_outbox.counters.shared import configured_metrics_store
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host
 from tests.support.observability import deliveries, message, shared_breakers
 

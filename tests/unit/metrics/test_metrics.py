@@ -9,15 +9,16 @@ import pytest
 from django.test import Client, override_settings
 from django.utils import timezone
 
-from django_outbox.metrics import recording, registry
-from django_outbox.metrics.collectors import counter_families
-from django_outbox.metrics.recording import result_class, tally_batch
-from django_outbox.metrics.shared_counters import (
+from django_outbox.counters import recording
+from django_outbox.counters.recording import result_class, tally_batch
+from django_outbox.counters.shared import (
     WINDOW,
     MemoryMetricsStore,
     configured_metrics_store,
 )
-from django_outbox.metrics.tally import ATTEMPTS, Tally, decode, encode
+from django_outbox.counters.tally import ATTEMPTS, Tally, decode, encode
+from django_outbox.metrics import registry
+from django_outbox.metrics.collectors import counter_families
 from django_outbox.models import DeliveryState
 from django_outbox.status.snapshot import engine_usage
 from django_outbox.values.outcomes import AttemptResult

@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from django_outbox import outbox
 from django_outbox.breakers import BreakerState
-from django_outbox.metrics import destinations, recording
+from django_outbox.counters import recording
+from django_outbox.metrics import destinations
 from django_outbox.metrics.collectors import breaker_families
 from django_outbox.models import DeliveryState
 from django_outbox.payments.models import PaymentAttempt

@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable, Sequence
 import pytest
 
 from django_outbox.exceptions import InvalidInbox
-from django_outbox.sending.validation import clean_inboxes, inbox_host
+from django_outbox.sending.validation import clean_inboxes
 from django_outbox.transport.addresses import parse_networks
-from django_outbox.transport.target import parse_target, well_formed_lines
+from django_outbox.transport.target import inbox_host, parse_target, well_formed_lines
 
 #: Set OUTBOX_FUZZ_SEED to explore other generated URLs (the default is fixed).
 SEED = int(os.environ.get("OUTBOX_FUZZ_SEED", "4"))

@@ -13,15 +13,15 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.destinations.pauses import (
+from django_outbox.exceptions import InvalidHost
+from django_outbox.models import Delivery, DeliveryState, HostPause
+from django_outbox.testing import OutboxCapture, captured_sends
+from django_outbox.upkeep.pauses import (
     RECHECK,
     end_lapsed_pauses,
     forget_cached,
     paused_hosts,
 )
-from django_outbox.exceptions import InvalidHost
-from django_outbox.models import Delivery, DeliveryState, HostPause
-from django_outbox.testing import OutboxCapture, captured_sends
 from testproject.demo.keys import ACTOR
 from tests.support.receivers import ACTIVITY
 from tests.support.sends import inboxes

@@ -1,9 +1,9 @@
 """Counting what a worker process does, and writing it to the shared store.
 
 The recorder thread calls :func:`record_batch` once a batch of outcomes is
-saved: the batch is added up in a :class:`~django_outbox.metrics.tally.Tally`
+saved: the batch is added up in a :class:`~django_outbox.counters.tally.Tally`
 (a few dictionary updates per delivery) and merged into the process's pending
-sums.  A daemon thread writes those to the :mod:`store <django_outbox.metrics.shared_counters>`
+sums.  A daemon thread writes those to the :mod:`store <django_outbox.counters.shared>`
 every :data:`FLUSH_EVERY` seconds, with the engine's thread usage, so that the
 sending threads and the recorder never wait for Redis.  Sums that could not be
 written are kept and written with the next ones.
@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django_outbox.conf import conf
-from django_outbox.metrics.shared_counters import WINDOW, configured_metrics_store
-from django_outbox.metrics.tally import (
+from django_outbox.counters.shared import WINDOW, configured_metrics_store
+from django_outbox.counters.tally import (
     ATTEMPT_SECONDS,
     ATTEMPTS,
     FANOUT,
