@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING
 
@@ -47,6 +47,14 @@ def load(path: str) -> Extension:
     if not isinstance(extension, Extension):
         raise TypeError(f"{path} is not a django_outbox.extensions.Extension")
     return extension
+
+
+def steps_of(
+    hook: Callable[[Extension], dict[str, Callable[[], int]]],
+) -> dict[str, Callable[[], int]]:
+    """The steps that ``hook`` (``Extension.sweep_steps`` or ``recovery_steps``) gives
+    for each active extension, together."""
+    return {name: step for extension in active() for name, step in hook(extension).items()}
 
 
 def tickets(claimed: Sequence[ClaimedRow]) -> Tickets:

@@ -40,34 +40,8 @@ if TYPE_CHECKING:
         Reason,
     )
 
-_EXPORTS = {
-    **dict.fromkeys(
-        (
-            "L402Challenge",
-            "L402Credentials",
-            "authorization",
-            "parse_authorization",
-            "parse_challenge",
-        ),
-        "django_outbox.payments.challenge",
-    ),
-    **dict.fromkeys(
-        (
-            "ChallengeRefused",
-            "InvalidCredentials",
-            "InvoiceRefused",
-            "PaymentClientError",
-            "PaymentError",
-            "PaymentFailed",
-            "PaymentPending",
-            "PaymentRefused",
-            "PaymentUnauthorized",
-            "PreimageMismatch",
-            "Reason",
-        ),
-        "django_outbox.payments.errors",
-    ),
-}
+#: The modules that hold the names of ``__all__``, asked in turn.
+_MODULES = ("django_outbox.payments.challenge", "django_outbox.payments.errors")
 
 __all__ = [
     "ChallengeRefused",
@@ -92,6 +66,9 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # Lazy: the app imports payments.models whether or not payments are on, and
     # nothing else of paid push is imported until it is used.
-    if name not in _EXPORTS:
-        raise AttributeError(name)
-    return getattr(import_module(_EXPORTS[name]), name)
+    if name in __all__:
+        for path in _MODULES:
+            module = import_module(path)
+            if hasattr(module, name):
+                return getattr(module, name)
+    raise AttributeError(name)

@@ -25,20 +25,10 @@ from types import MappingProxyType
 
 from django_outbox.exceptions import InvalidInbox
 from django_outbox.sending.keys import SenderKey, load_private_key, valid_key_id
-from django_outbox.signing.cavage import CAVAGE_COVERED, cavage_signature
+from django_outbox.signing.cavage import cavage_signature
 from django_outbox.signing.errors import SigningError
-from django_outbox.signing.rfc9421 import RFC9421_COVERED, RFC9421_LABEL, rfc9421_fields
+from django_outbox.signing.rfc9421 import rfc9421_fields
 from django_outbox.transport.target import Target, parse_target
-
-__all__ = [
-    "CAVAGE_COVERED",
-    "RFC9421_COVERED",
-    "RFC9421_LABEL",
-    "Scheme",
-    "SigningError",
-    "fallback_scheme",
-    "sign_headers",
-]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
