@@ -12,7 +12,7 @@ import functools
 import warnings
 from collections.abc import Callable, Sequence
 from importlib import import_module
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from django.utils.module_loading import import_string
 
@@ -49,12 +49,11 @@ def load(path: str) -> Extension:
     return extension
 
 
-def steps_of(
-    hook: Callable[[Extension], dict[str, Callable[[], int]]],
-) -> dict[str, Callable[[], int]]:
-    """The steps that ``hook`` (``Extension.sweep_steps`` or ``recovery_steps``) gives
-    for each active extension, together."""
-    return {name: step for extension in active() for name, step in hook(extension).items()}
+def steps_of(hook: Literal["sweep_steps", "recovery_steps"]) -> dict[str, Callable[[], int]]:
+    """The steps that each active extension's ``hook`` gives, together."""
+    return {
+        name: step for extension in active() for name, step in getattr(extension, hook)().items()
+    }
 
 
 def tickets(claimed: Sequence[ClaimedRow]) -> Tickets:

@@ -42,7 +42,6 @@ from django_outbox.broker.publish import (
     restore_canary,
 )
 from django_outbox.conf import conf
-from django_outbox.extensions import Extension
 from django_outbox.extensions.registry import steps_of
 from django_outbox.models import Lane
 from django_outbox.store import reclaim
@@ -113,7 +112,7 @@ def recover(*, judge_owners: bool, part: Steps | None = None) -> dict[str, int]:
     if judge_owners:
         steps = {"reclaimed": reclaim_dead, "lapsed": reclaim_lapsed, **steps}
     steps["signals"] = resend_signals
-    steps.update(steps_of(Extension.recovery_steps))
+    steps.update(steps_of("recovery_steps"))
     counts = run_steps(steps, "recovery", part)
     if any(counts.values()):
         logger.info("recovery: %s", counts)

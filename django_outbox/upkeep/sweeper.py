@@ -23,7 +23,6 @@ from collections.abc import Callable
 
 from django_outbox.broker.publish import publish, restart_expansions, take_undispatched
 from django_outbox.conf import conf
-from django_outbox.extensions import Extension
 from django_outbox.extensions.registry import steps_of
 from django_outbox.store import heartbeats, queries, reclaim, transitions
 from django_outbox.upkeep.operations import give_up, resend_failed_signals, take_back
@@ -81,7 +80,7 @@ def sweep(part: Steps | None = None) -> dict[str, int]:
         "pruned_heartbeats": heartbeats.prune,
         "pauses_ended": end_lapsed_pauses,
     }
-    steps.update(steps_of(Extension.sweep_steps))
+    steps.update(steps_of("sweep_steps"))
     counts = run_steps(steps, "sweep", part)
     if any(counts.values()):
         logger.info("sweep: %s", counts)
