@@ -141,7 +141,7 @@ def _database_steps(farm: Farm, batches: int) -> dict[str, dict[str, float]]:
     from django_outbox import outbox
     from django_outbox.broker.publish import publish
     from django_outbox.models import Delivery
-    from django_outbox.store.claimed import load_messages, new_token
+    from django_outbox.store.claim_rows import load_messages, new_token
     from django_outbox.store.transitions import claim
     from django_outbox.values.claimed import ClaimedRow, MessageData
     from django_outbox.values.outcomes import AttemptResult, Outcome

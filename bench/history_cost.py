@@ -41,7 +41,7 @@ def one_batch(result: str) -> tuple[float, float]:
 
     from django_outbox import outbox
     from django_outbox.models import Delivery
-    from django_outbox.store.claimed import load_messages, new_token
+    from django_outbox.store.claim_rows import load_messages, new_token
     from django_outbox.store.transitions import claim
     from django_outbox.values.outcomes import AttemptResult, Outcome
     from django_outbox.worker.recorder import apply_outcomes

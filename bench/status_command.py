@@ -138,7 +138,7 @@ def measure(repeats: int) -> dict[str, Any]:
     from django.utils import timezone
 
     from django_outbox.admin.overview import overview_context
-    from django_outbox.metrics.registry import exposition
+    from django_outbox.metrics.prometheus import exposition
     from django_outbox.status import timeline
 
     results: dict[str, Any] = {

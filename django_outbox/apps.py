@@ -25,6 +25,6 @@ class OutboxConfig(AppConfig):
         """Register the checks, the tasks with Celery even without autodiscovery, and
         the metrics with ``prometheus_client``'s default registry when it is installed."""
         from django_outbox import checks, tasks  # noqa: F401
-        from django_outbox.metrics.registry import register_default
+        from django_outbox.metrics.prometheus import register_default
 
         register_default()

@@ -232,6 +232,6 @@ def _check_payments() -> list[CheckMessage]:
     """``OUTBOX_PAYMENTS``, when set: paid push's own checks (E010-E014, E017)."""
     if getattr(settings, "OUTBOX_PAYMENTS", None) is None:
         return []
-    from django_outbox.payments.checks import check_payments
+    from django_outbox.payments.setting_checks import check_payments
 
     return check_payments()

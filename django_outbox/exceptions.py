@@ -92,3 +92,7 @@ class InvalidSince(OutboxError, ValueError):
 class UnknownMessage(OutboxError, ValueError):
     """``outbox.progress`` was given something that is not a stored message: an id no
     message has (or no longer has: pruned), or neither a message nor an id."""
+
+
+class SigningError(OutboxError):
+    """A request could not be signed: bad URL, method, header, key id or digest."""

@@ -5,7 +5,7 @@ failing or not: its deliveries by state, its health row (failure days and since
 when), the reason it fails, its breaker, its latest attempts, and what can be done
 (requeue what failed since a time, give up on what is live, reset it, pause or
 resume it).  Resetting
-is :func:`~django_outbox.status.hosts.reset_hosts`, as ``outbox hosts reset`` does.
+is :func:`~django_outbox.status.host_report.reset_hosts`, as ``outbox hosts reset`` does.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from django_outbox.breakers.policy import breaker_host
 from django_outbox.exceptions import InvalidHost, InvalidSince
 from django_outbox.extensions.registry import active
 from django_outbox.models import Delivery, Host, HostPause
-from django_outbox.status.hosts import host_report, reset_hosts
+from django_outbox.status.host_report import host_report, reset_hosts
 from django_outbox.status.snapshot import FAILED_RESULTS, STATES
 from django_outbox.upkeep.bulk import parse_since, parse_until
 from django_outbox.upkeep.pauses import pause_host, resume_host

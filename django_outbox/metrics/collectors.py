@@ -4,7 +4,7 @@ Counters and histograms come from the shared store at every scrape (one Redis
 ``HGETALL``).  Gauges come from a :func:`~django_outbox.status.snapshot.cached_snapshot`
 at most ``OUTBOX_METRICS_TTL`` seconds old, so scrapes, however frequent, query
 the database at most that often per process.  Imported only by
-:mod:`~django_outbox.metrics.registry`, once ``prometheus-client`` is known to
+:mod:`~django_outbox.metrics.prometheus`, once ``prometheus-client`` is known to
 be installed.
 """
 

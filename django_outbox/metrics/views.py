@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from django_outbox.metrics.registry import exposition
+from django_outbox.metrics.prometheus import exposition
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

@@ -23,7 +23,7 @@ from django_outbox.exceptions import BlockedEndpoint, InvalidInbox, UnknownEndpo
 from django_outbox.sending.validation import check_sender_length, clean_inboxes
 from django_outbox.signing.webhooks import as_webhook_keys, sign_webhook
 from django_outbox.transport.addresses import parse_networks, resolve_checked
-from django_outbox.transport.errors import BlockedAddress, ResolveError
+from django_outbox.transport.failures import BlockedAddress, ResolveError
 from django_outbox.transport.target import parse_target
 from django_outbox.values import columns
 from django_outbox.values.safe_text import shown

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 
+from django_outbox.exceptions import SigningError
 from django_outbox.sending.keys import PrivateKey
-from django_outbox.signing.errors import SigningError
 
 CAVAGE_COVERED = ("(request-target)", "host", "date", "digest", "content-type")
 """Headers every draft-cavage signature covers, in order, as Mastodon signs them."""

@@ -23,10 +23,9 @@ from email.utils import format_datetime
 from enum import StrEnum
 from types import MappingProxyType
 
-from django_outbox.exceptions import InvalidInbox
+from django_outbox.exceptions import InvalidInbox, SigningError
 from django_outbox.sending.keys import SenderKey, load_private_key, valid_key_id
 from django_outbox.signing.cavage import cavage_signature
-from django_outbox.signing.errors import SigningError
 from django_outbox.signing.rfc9421 import rfc9421_fields
 from django_outbox.transport.target import Target, parse_target
 

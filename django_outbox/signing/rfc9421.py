@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
 from http_message_signatures import HTTPMessageSigner, MappingKeyResolver
 from http_message_signatures.algorithms import ED25519, RSA_V1_5_SHA256
 
+from django_outbox.exceptions import SigningError
 from django_outbox.sending.keys import PARSED_KEY_CACHE_SIZE, PrivateKey
-from django_outbox.signing.errors import SigningError
 
 RFC9421_LABEL = "sig1"
 """The label of our signature in ``Signature-Input`` and ``Signature``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from django_outbox.status.hosts import HostReport
+from django_outbox.status.host_report import HostReport
 from django_outbox.status.processes import ProcessStatus
 from django_outbox.status.snapshot import RECENT, STATES, Snapshot
 from django_outbox.status.timings import Quantiles

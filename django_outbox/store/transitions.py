@@ -46,7 +46,7 @@ from django_outbox.models import (
     Message,
 )
 from django_outbox.store.bulk_insert import bulk_insert
-from django_outbox.store.claimed import CLAIMED_COLUMNS, check_claims, claimed_row
+from django_outbox.store.claim_rows import CLAIMED_COLUMNS, check_claims, claimed_row
 from django_outbox.store.grouped_updates import UNSPEND, GroupedUpdates, update_claimed
 from django_outbox.store.history import save_history
 from django_outbox.store.queries import (

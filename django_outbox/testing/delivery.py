@@ -26,7 +26,7 @@ from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxError
 from django_outbox.models import Delivery, DeliveryState, PendingInboxes
 from django_outbox.sending.fanout import expand
-from django_outbox.store.claimed import load_messages, new_token
+from django_outbox.store.claim_rows import load_messages, new_token
 from django_outbox.store.transitions import claim, release
 from django_outbox.testing.inbox import FakeTransport
 from django_outbox.transport import Transport

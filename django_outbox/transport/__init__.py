@@ -11,7 +11,7 @@ IANA table of addresses no delivery may reach.
 """
 
 from django_outbox.transport.client import Response, Transport, retry_after_seconds
-from django_outbox.transport.errors import (
+from django_outbox.transport.failures import (
     BlockedAddress,
     ConnectFailed,
     ProtocolFailed,

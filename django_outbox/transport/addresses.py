@@ -15,7 +15,7 @@ import ipaddress
 import socket
 from collections.abc import Callable, Iterable, Sequence
 
-from django_outbox.transport.errors import BlockedAddress, ResolveError
+from django_outbox.transport.failures import BlockedAddress, ResolveError
 from django_outbox.transport.special_addresses import embedded_ipv4, is_special, why_special
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -50,7 +50,7 @@ from django_outbox.transport.addresses import (
     resolve_checked,
 )
 from django_outbox.transport.connection import HTTPConnection
-from django_outbox.transport.errors import (
+from django_outbox.transport.failures import (
     ConnectFailed,
     ProtocolFailed,
     TimedOut,

@@ -25,7 +25,7 @@ from typing import NamedTuple, cast
 
 import httptools
 
-from django_outbox.transport.errors import ProtocolFailed, TimedOut
+from django_outbox.transport.failures import ProtocolFailed, TimedOut
 
 #: The longest head accepted (status line, headers and the blank line), 64 KiB as
 #: http.client's line limits allow.

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from django_outbox.conf import conf
 from django_outbox.models import Delivery, DeliveryState, Lane
-from django_outbox.store.claimed import new_token
+from django_outbox.store.claim_rows import new_token
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.queries import not_yet_due
 from django_outbox.store.transitions import claim

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from django.db import DatabaseError, close_old_connections, connections
 
 from django_outbox.conf import conf
-from django_outbox.store.claimed import owner_name
+from django_outbox.store.claim_rows import owner_name
 from django_outbox.store.heartbeats import beat, live_names, stop_beating
 from django_outbox.upkeep.recovery_pass import recover
 from django_outbox.worker.supervisor import Part, Supervisor, this_supervisor

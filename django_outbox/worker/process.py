@@ -38,7 +38,7 @@ from django_outbox.models import Lane, Signing
 from django_outbox.sending.keys import SenderKey
 from django_outbox.signing.schemes import recall
 from django_outbox.signing.webhooks import WebhookKeys
-from django_outbox.store.claimed import load_messages
+from django_outbox.store.claim_rows import load_messages
 from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import release, release_claim
 from django_outbox.transport import Transport

@@ -29,7 +29,7 @@ def shared_store(monkeypatch: pytest.MonkeyPatch, settings: Any) -> MemoryBreake
     for module in (
         "django_outbox.admin.hosts",
         "django_outbox.status.snapshot",
-        "django_outbox.status.hosts",
+        "django_outbox.status.host_report",
     ):
         monkeypatch.setattr(f"{module}.configured_store", lambda: store)
     return store

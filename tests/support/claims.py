@@ -8,7 +8,7 @@ from typing import Any
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState
-from django_outbox.store.claimed import load_messages
+from django_outbox.store.claim_rows import load_messages
 from django_outbox.store.transitions import claim
 from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome

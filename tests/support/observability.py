@@ -51,7 +51,7 @@ def shared_breakers(monkeypatch: pytest.MonkeyPatch) -> MemoryBreakerStore:
     """One in-memory breaker store that the status readers see (each
     ``configured_store()`` call makes a new one without Redis)."""
     store = MemoryBreakerStore()
-    for module in ("django_outbox.status.snapshot", "django_outbox.status.hosts"):
+    for module in ("django_outbox.status.snapshot", "django_outbox.status.host_report"):
         monkeypatch.setattr(f"{module}.configured_store", lambda: store)
     return store
 

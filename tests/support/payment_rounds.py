@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from django_outbox import outbox
 from django_outbox.models import Delivery, DeliveryState
-from django_outbox.store.claimed import new_token
+from django_outbox.store.claim_rows import new_token
 from django_outbox.store.transitions import claim
 from django_outbox.values.outcomes import Outcome
 from django_outbox.worker.attempt import perform

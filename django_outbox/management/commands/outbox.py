@@ -25,7 +25,7 @@ from django.db.models import QuerySet
 
 from django_outbox.exceptions import InvalidHost, InvalidSince
 from django_outbox.models import Delivery, Host
-from django_outbox.status.hosts import HostReport, host_report, reset_hosts
+from django_outbox.status.host_report import HostReport, host_report, reset_hosts
 from django_outbox.status.snapshot import take_snapshot
 from django_outbox.status.text import clock, render_host, render_snapshot, table
 from django_outbox.upkeep import bulk
@@ -216,7 +216,7 @@ def selection(action: str, options: dict[str, Any]) -> QuerySet[Delivery]:
 
 
 def host_dict(report: HostReport) -> dict[str, Any]:
-    """A :class:`~django_outbox.status.hosts.HostReport` as JSON-ready data."""
+    """A :class:`~django_outbox.status.host_report.HostReport` as JSON-ready data."""
     failing = report.failing
     return {
         "host": report.host,

@@ -17,7 +17,7 @@ from django_outbox.counters.shared import (
     configured_metrics_store,
 )
 from django_outbox.counters.tally import ATTEMPTS, Tally, decode, encode
-from django_outbox.metrics import registry
+from django_outbox.metrics import prometheus
 from django_outbox.metrics.collectors import counter_families
 from django_outbox.models import DeliveryState
 from django_outbox.status.snapshot import engine_usage
@@ -158,10 +158,10 @@ def test_the_view_serves_the_outbox_metrics() -> None:
 def test_without_prometheus_client_the_view_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(registry, "prometheus_client", None)
-    monkeypatch.setattr(registry, "_own", None)
-    assert registry.exposition() is None
-    assert registry.register_default() is False
+    monkeypatch.setattr(prometheus, "prometheus_client", None)
+    monkeypatch.setattr(prometheus, "_own", None)
+    assert prometheus.exposition() is None
+    assert prometheus.register_default() is False
     response = Client().get("/outbox/metrics")
     assert response.status_code == 501
     assert b"django-outbox[metrics]" in response.content

@@ -33,7 +33,7 @@ from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.paying import Exchange, PaymentJob, challenge_of
 from django_outbox.payments.reports import Challenge, Change, PaymentReport, Settlement
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings, problems
-from django_outbox.store.claimed import load_messages, new_token
+from django_outbox.store.claim_rows import load_messages, new_token
 from django_outbox.store.transitions import claim
 from django_outbox.transport import Response
 from django_outbox.values.claimed import ClaimedRow, MessageData

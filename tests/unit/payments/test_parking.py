@@ -23,7 +23,7 @@ from django_outbox.payments.claims import payment_jobs
 from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.reports import MET_402_LATELY, PAYING_ELSEWHERE
-from django_outbox.store.claimed import new_token
+from django_outbox.store.claim_rows import new_token
 from django_outbox.store.transitions import claim
 from django_outbox.upkeep import recovery_pass
 from testproject.demo.keys import ACTOR

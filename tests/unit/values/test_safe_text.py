@@ -18,7 +18,7 @@ import pytest
 from django_outbox import outbox
 from django_outbox.models import Attempt, Delivery
 from django_outbox.signals import delivery_attempted, delivery_failed
-from django_outbox.store.claimed import load_messages, new_token
+from django_outbox.store.claim_rows import load_messages, new_token
 from django_outbox.store.transitions import claim
 from django_outbox.transport import ProtocolFailed, Transport
 from django_outbox.values.outcomes import AttemptResult, Outcome

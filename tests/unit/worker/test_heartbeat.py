@@ -10,7 +10,7 @@ from django.test import override_settings
 
 from django_outbox.models import Heartbeat
 from django_outbox.store import heartbeats
-from django_outbox.store.claimed import new_token, owner_name
+from django_outbox.store.claim_rows import new_token, owner_name
 from django_outbox.worker import heartbeat
 from django_outbox.worker.heartbeat import Heart
 from django_outbox.worker.supervisor import Part, Supervisor

@@ -21,7 +21,7 @@ from django_outbox.breakers import BreakerPolicy
 from django_outbox.breakers.memory import MemoryBreakerStore
 from django_outbox.models import Signing
 from django_outbox.signing.webhooks import WebhookKeys, WebhookSecret
-from django_outbox.store.claimed import new_token
+from django_outbox.store.claim_rows import new_token
 from django_outbox.store.transitions import claim
 from django_outbox.transport import Transport
 from django_outbox.values.claimed import ClaimedRow, MessageData
