@@ -19,9 +19,15 @@ from tests.support.workers import Worker
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.broker]
 
 NOTE = {"@context": "https://www.w3.org/ns/activitystreams", "type": "Create", "id": "seam"}
-#: Imported whether or not payments are on: the package's face (lazy) and the tables'
-#: declarations, which the app registers so that the migrations match either way.
-DECLARATIONS = {"django_outbox.payments", "django_outbox.payments.models"}
+#: Imported whether or not payments are on: the package's face (lazy), the tables'
+#: declarations, which the app registers so that the migrations match either way, and
+#: the signals' declarations, which the test project's receivers connect to (as an
+#: application that logs payments does).
+DECLARATIONS = {
+    "django_outbox.payments",
+    "django_outbox.payments.models",
+    "django_outbox.payments.signals",
+}
 
 
 def test_a_delivery_with_payments_off_imports_no_paid_push_code(
