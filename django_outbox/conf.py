@@ -185,6 +185,33 @@ class Settings:
         return int(_get("OUTBOX_RELEASE_STEP", 4))
 
     @property
+    def HOST_RATE(self) -> float | None:
+        """Requests per second to one host, across all workers; ``None``: no limit."""
+        value = _get("OUTBOX_HOST_RATE", None)
+        return None if value is None else float(value)
+
+    @property
+    def HOST_RATES(self) -> dict[str, float | None]:
+        """Each named host's own rate (``None``: no limit), instead of ``HOST_RATE``."""
+        value = _get("OUTBOX_HOST_RATES", {})
+        if not isinstance(value, dict):
+            raise OutboxConfigurationError("OUTBOX_HOST_RATES must be a dict of host: rate.")
+        return {
+            str(host).lower(): None if rate is None else float(rate) for host, rate in value.items()
+        }
+
+    @property
+    def RATE_FLOOR(self) -> float:
+        """Requests per second a host resumes at after its breaker closed, and the
+        lowest a ``429`` slows it to."""
+        return float(_get("OUTBOX_RATE_FLOOR", 1.0))
+
+    @property
+    def SLOW_START_SECONDS(self) -> float:
+        """Seconds a host takes to grow back to its rate after a slow start or slow-down."""
+        return float(_get("OUTBOX_SLOW_START_SECONDS", 60.0))
+
+    @property
     def WAIT_AS_ASKED(self) -> bool:
         """Wait at least as long as ``Retry-After`` or an open breaker asks."""
         return bool(_get("OUTBOX_WAIT_AS_ASKED", True))
