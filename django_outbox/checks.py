@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
+from django_outbox.breakers.rates import RatePolicy
 from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.signing.http import Scheme
@@ -81,6 +82,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     errors.extend(_check_disable_after_days())
+    errors.extend(_check_rates())
     if conf.LEASE_SECONDS < 2 * conf.TOTAL_TIMEOUT + 10:
         errors.append(
             Warning(
@@ -117,6 +119,27 @@ def _check_disable_after_days() -> list[CheckMessage]:
             id="django_outbox.E019",
         )
     ]
+
+
+def _check_rates() -> list[CheckMessage]:
+    """``OUTBOX_HOST_RATE``, ``OUTBOX_HOST_RATES``, ``OUTBOX_RATE_FLOOR`` and
+    ``OUTBOX_SLOW_START_SECONDS``: positive rates (or ``None``), a non-negative span
+    (E020)."""
+    try:
+        named = conf.HOST_RATES
+        for rate in (conf.HOST_RATE, *named.values()):
+            RatePolicy(rate, conf.RATE_FLOOR, conf.SLOW_START_SECONDS)
+    except (OutboxConfigurationError, TypeError, ValueError) as error:
+        return [
+            Error(
+                f"Host rates: {error}",
+                hint="OUTBOX_HOST_RATE and the values of the OUTBOX_HOST_RATES dict are "
+                "requests per second above 0, or None for no limit; OUTBOX_RATE_FLOOR is "
+                "above 0; OUTBOX_SLOW_START_SECONDS is 0 or more.",
+                id="django_outbox.E020",
+            )
+        ]
+    return []
 
 
 def _check_sqlite() -> list[CheckMessage]:

@@ -15,7 +15,8 @@ BREAKER_SCOPES = get_args(BreakerScope)
 
 
 class HostHealthSettings:
-    """How hosts that fail are held back: breakers, unavailable hosts, disabled endpoints."""
+    """How hosts that fail or throttle are held back: breakers, rates, unavailable hosts,
+    disabled endpoints."""
 
     @property
     def BREAKER_THRESHOLD(self) -> int:
@@ -56,3 +57,30 @@ class HostHealthSettings:
         )
         assert predicate is not None
         return predicate
+
+    @property
+    def HOST_RATE(self) -> float | None:
+        """Requests per second to one host, across all workers; ``None``: no limit."""
+        value = read_setting("OUTBOX_HOST_RATE", None)
+        return None if value is None else float(value)
+
+    @property
+    def HOST_RATES(self) -> dict[str, float | None]:
+        """Each named host's own rate (``None``: no limit), instead of ``HOST_RATE``."""
+        value = read_setting("OUTBOX_HOST_RATES", {})
+        if not isinstance(value, dict):
+            raise OutboxConfigurationError("OUTBOX_HOST_RATES must be a dict of host: rate.")
+        return {
+            str(host).lower(): None if rate is None else float(rate) for host, rate in value.items()
+        }
+
+    @property
+    def RATE_FLOOR(self) -> float:
+        """Requests per second a host resumes at after its breaker closed, and the
+        lowest a ``429`` slows it to."""
+        return float(read_setting("OUTBOX_RATE_FLOOR", 1.0))
+
+    @property
+    def SLOW_START_SECONDS(self) -> float:
+        """Seconds a host takes to grow back to its rate after a slow start or slow-down."""
+        return float(read_setting("OUTBOX_SLOW_START_SECONDS", 60.0))

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, Report, breaker_key
 from django_outbox.breakers.policy import hold_error
+from django_outbox.breakers.rates import RateStore
 from django_outbox.conf import conf
 from django_outbox.destinations.backoff import throttle_for
 from django_outbox.exceptions import InvalidInbox
@@ -48,7 +49,7 @@ from django_outbox.transport import (
 from django_outbox.transport.target import parse_target
 from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptReport, AttemptResult, Outcome, server_failed
-from django_outbox.worker import breaker_turns
+from django_outbox.worker import breaker_turns, pacing
 
 
 @dataclass(frozen=True)
@@ -198,15 +199,20 @@ def _judge(response: Response) -> _Ending:
 
 
 async def perform(
-    job: Job, transport: Transport, breakers: BreakerStore, policy: BreakerPolicy | None
+    job: Job,
+    transport: Transport,
+    breakers: BreakerStore,
+    policy: BreakerPolicy | None,
+    rates: RateStore | None = None,
 ) -> Outcome:
-    """Make one attempt at ``job``: at each gateway in turn, or at its inbox."""
+    """Make one attempt at ``job``: at each gateway in turn, or at its inbox, each at
+    its host's rate when ``rates`` is given."""
     started_at, began = time.time(), time.perf_counter()
     ending = _Ending(AttemptResult.RETRY, error="nowhere to deliver")
     sent: list[str] = []
     released: list[str] = []
     for url in job.row.via or [job.row.inbox]:
-        ending = await _attempt_at(job, url, transport, breakers, policy, sent)
+        ending = await _attempt_at(job, url, transport, (breakers, policy, rates), sent)
         released += [ending.released] if ending.released else []
         if ending.result is AttemptResult.DELIVERED or ending.report is not None:
             break  # delivered, or a report to record before any other gateway is tried
@@ -231,15 +237,19 @@ async def _attempt_at(
     job: Job,
     url: str,
     transport: Transport,
-    breakers: BreakerStore,
-    policy: BreakerPolicy | None,
+    guards: tuple[BreakerStore, BreakerPolicy | None, RateStore | None],
     sent: list[str],
 ) -> _Ending:
+    breakers, policy, rates = guards
     try:
         target = parse_target(url)
     except InvalidInbox as unusable:  # stored by an older version: it can never be sent
         return _Ending(AttemptResult.REFUSED, error=f"unusable URL: {unusable}", failure="error")
     url = target.url
+    if rates is not None:
+        hold = await pacing.wait_turn(rates, target.host, job.send_by)
+        if hold is not None:
+            return _Ending(AttemptResult.HELD, error=pacing.PACED_ERROR, held_for=hold)
     key = ""
     admission: Admission | None = None
     if policy is not None:
@@ -259,12 +269,16 @@ async def _attempt_at(
             ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
         else:
             ending = _judge(response)
+    failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
+    throttle = throttle_for(ending.status, ending.retry_after)
     if policy is not None:
-        failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
-        throttle = throttle_for(ending.status, ending.retry_after)
         report = Report(key, policy, failed, admission, throttle)
         if await breaker_turns.record(breakers, report):
             ending = ending._replace(released=target.host)
+    if rates is not None:
+        hold = pacing.slow_down_for(ending.status, ending.retry_after, throttle)
+        closed = admission is not None and admission.kind == "probe" and not failed
+        await pacing.note(rates, target.host, hold=hold, probe_closed=closed and not hold)
     return ending
 
 

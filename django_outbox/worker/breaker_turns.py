@@ -7,7 +7,8 @@ process's first contact with each host): asked one by one, each costs a thread
 handoff and, in Redis, a round trip.  Here what the coroutines of one loop ask in one
 turn goes in one call of
 :meth:`~django_outbox.breakers.BreakerStore.admit_many` (reports: ``record_many``),
-one handoff and one pipelined round trip.  Each answer is the one the store would
+one handoff and one pipelined round trip; so do the turns asked of a host rate store
+(:meth:`~django_outbox.breakers.rates.RateStore.take_many`).  Each answer is the one the store would
 have given alone: the calls run in the order they were asked.
 """
 
@@ -20,11 +21,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django_outbox.breakers import Admission, BreakerPolicy, BreakerStore, Report
+from django_outbox.breakers.rates import RateRequest, RateStore, Turn
 
-_Pending = list[tuple[BreakerStore, Any, "asyncio.Future[Any]"]]
+_Pending = list[tuple[Any, Any, "asyncio.Future[Any]"]]
 
-#: Per loop: the admissions asked this turn (index 0) and the reports (index 1).
-_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[_Pending, _Pending]]
+#: What each kind of question calls on its store, with all of a turn's requests.
+_CALLS = ("admit_many", "record_many", "take_many")
+
+#: Per loop: the admissions asked this turn (index 0), the reports (1), the rate turns (2).
+_turns: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[_Pending, _Pending, _Pending]]
 _turns = weakref.WeakKeyDictionary()
 
 
@@ -46,12 +51,21 @@ async def record(store: BreakerStore, report: Report) -> bool:
     return bool(answer)
 
 
-def _ask(kind: int, store: BreakerStore, request: Any) -> asyncio.Future[Any]:
+async def take(store: RateStore, request: RateRequest) -> Turn:
+    """``store.take_many([request])[0]`` without blocking the loop (with this turn's
+    others): when the delivery may be sent to its host."""
+    answer = store.take_now(request)
+    if answer is None:
+        answer = await _ask(2, store, request)
+    return answer
+
+
+def _ask(kind: int, store: Any, request: Any) -> asyncio.Future[Any]:
     """Queue ``request`` for the end of this turn; its answer's future."""
     loop = asyncio.get_running_loop()
     turn = _turns.get(loop)
     if turn is None:
-        turn = _turns[loop] = ([], [])
+        turn = _turns[loop] = ([], [], [])
     if not turn[kind]:
         loop.call_soon(_flush, loop, kind)
     future: asyncio.Future[Any] = loop.create_future()
@@ -63,13 +77,11 @@ def _flush(loop: asyncio.AbstractEventLoop, kind: int) -> None:
     """Hand what was asked this turn to the executor: one call per store."""
     pending = _turns[loop][kind][:]
     _turns[loop][kind].clear()
-    by_store: dict[int, tuple[BreakerStore, _Pending]] = {}
+    by_store: dict[int, tuple[Any, _Pending]] = {}
     for item in pending:
         by_store.setdefault(id(item[0]), (item[0], []))[1].append(item)
     for store, items in by_store.values():
-        call: Callable[[Sequence[Any]], list[Any]] = (
-            store.admit_many if kind == 0 else store.record_many
-        )
+        call: Callable[[Sequence[Any]], list[Any]] = getattr(store, _CALLS[kind])
         done = loop.run_in_executor(None, call, [request for _, request, _ in items])
         done.add_done_callback(functools.partial(_answer, [future for _, _, future in items]))
 

@@ -29,7 +29,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 
-from django_outbox.breakers.configured import configured_policy, configured_store
+from django_outbox.breakers.configured import (
+    configured_policy,
+    configured_rate_store,
+    configured_store,
+)
 from django_outbox.broker.publish import publish
 from django_outbox.conf import conf
 from django_outbox.counters.recording import stop_recording, watch_engine
@@ -93,6 +97,7 @@ class WorkerProcess:
         )
         self.breakers = configured_store()
         self.policy = configured_policy()
+        self.rates = configured_rate_store()
         stall = conf.STALL_TIMEOUT
         loops = (
             Part("urgent event loop", stall, threads=lambda: self.engine.threads[:1]),
@@ -132,7 +137,7 @@ class WorkerProcess:
         ends = None if math.isinf(job.finish_by) else job.finish_by
         try:
             async with asyncio.timeout_at(ends):
-                outcome = await perform(job, self.transport, self.breakers, self.policy)
+                outcome = await perform(job, self.transport, self.breakers, self.policy, self.rates)
         except TimeoutError:
             reason = "it did not end before its lease would lapse"
             outcome = internal_error(job.row, job.message, "the attempt", reason)

@@ -70,12 +70,12 @@ def redis_url() -> str:
 
 @pytest.fixture(autouse=True)
 def _clean_redis_state(redis_url: str) -> None:
-    """Forget breakers and remembered schemes in Redis between tests."""
+    """Forget breakers, host rates and remembered schemes in Redis between tests."""
     import redis
 
     client = redis.Redis.from_url(redis_url)
     try:
-        for pattern in ("outbox:breaker:*", "*django_outbox:scheme:*"):
+        for pattern in ("outbox:breaker:*", "outbox:rate:*", "*django_outbox:scheme:*"):
             keys = list(client.scan_iter(pattern, count=1000))
             if keys:
                 client.delete(*keys)

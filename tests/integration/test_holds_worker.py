@@ -31,6 +31,9 @@ DEFAULTS = {
     "OUTBOX_CONCURRENCY": 256,
     "OUTBOX_PER_HOST": 2,
 }
+#: Slow start and slow-down off: these tests watch the release of held deliveries and the
+#: hold a 429 asks, at full speed; tests/integration/test_host_rate.py watches the rate.
+NO_SLOW_START = {"OUTBOX_SLOW_START_SECONDS": 0}
 COOL_OFF = 60.0  # OUTBOX_BREAKER_COOL_OFF's default
 THRESHOLD = 10  # OUTBOX_BREAKER_THRESHOLD's default
 
@@ -38,7 +41,7 @@ THRESHOLD = 10  # OUTBOX_BREAKER_THRESHOLD's default
 def test_deliveries_held_by_an_open_breaker_come_back_when_the_host_answers_again(
     make_worker: Callable[..., Worker], inbox_server: InboxServer
 ) -> None:
-    make_worker(concurrency=2, **DEFAULTS)
+    make_worker(concurrency=2, **DEFAULTS, **NO_SLOW_START)
     inbox_server.behave("/flaky", Behaviour(statuses=(500,)))
     outbox.send(
         ACTOR, {"type": "Create", "id": "x"}, [inbox_server.url(f"/flaky?n={n}") for n in range(30)]
@@ -62,7 +65,7 @@ def test_deliveries_held_by_an_open_breaker_come_back_when_the_host_answers_agai
 def test_a_429_holds_the_host_for_the_time_asked_and_never_opens_its_breaker(
     make_worker: Callable[..., Worker], inbox_server: InboxServer
 ) -> None:
-    make_worker(concurrency=2, **DEFAULTS)
+    make_worker(concurrency=2, **DEFAULTS, **NO_SLOW_START)
     count = 12  # more than the breaker's threshold of first tries, all answered 429
     for n in range(count):
         slow = Behaviour(statuses=(429, 202), headers={"Retry-After": "3"})

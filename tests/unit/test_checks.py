@@ -74,6 +74,13 @@ def test_the_test_project_is_clean() -> None:
         ({"OUTBOX_TOTAL_TIMEOUT": 0}, ["E006"]),
         ({"OUTBOX_MAX_INBOXES": 0}, ["E006"]),
         ({"OUTBOX_MAX_ATTEMPTS": 40_000}, ["E015"]),
+        ({"OUTBOX_HOST_RATE": 0}, ["E020"]),
+        ({"OUTBOX_HOST_RATE": "fast"}, ["E020"]),
+        ({"OUTBOX_HOST_RATES": {"a.example": -2}}, ["E020"]),
+        ({"OUTBOX_HOST_RATES": ["a.example"]}, ["E020"]),
+        ({"OUTBOX_RATE_FLOOR": 0}, ["E020"]),
+        ({"OUTBOX_SLOW_START_SECONDS": -1}, ["E020"]),
+        ({"OUTBOX_HOST_RATE": 5, "OUTBOX_HOST_RATES": {"a.example": None}}, []),
         # The in-flight maximum defaults to four times the concurrency: both are wrong.
         ({"OUTBOX_CONCURRENCY": 0}, ["E006", "E006"]),
         # A lease of nothing is shorter than two requests, too.

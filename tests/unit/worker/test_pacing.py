@@ -1,0 +1,112 @@
+"""Attempts at a host's rate: turns waited for on the loop, far ones given back unsent,
+and what a 429, a 503 with ``Retry-After`` and a probe's success tell the rate store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from django.test import override_settings
+
+from django_outbox.breakers import MemoryBreakerStore
+from django_outbox.breakers.configured import configured_rate_store, rate_policy
+from django_outbox.breakers.rate_memory import MemoryRateStore
+from django_outbox.breakers.rates import RatePolicy, RateRequest
+from django_outbox.transport import Transport
+from django_outbox.values.outcomes import AttemptResult, Outcome
+from django_outbox.worker import pacing
+from django_outbox.worker.attempt import perform
+from testproject.inbox_servers import Behaviour, InboxServer
+from tests.unit.worker.test_attempt import jobs
+
+
+@pytest.fixture
+def transport() -> Transport:
+    return Transport(user_agent="outbox-test/1", allowed_networks=["127.0.0.0/8"])
+
+
+def attempt_all(
+    transport: Transport, inbox_server: InboxServer, rates: MemoryRateStore, count: int
+) -> list[Outcome]:
+    """``count`` attempts to the inbox server's host, all started together."""
+
+    async def attempt() -> list[Outcome]:
+        breakers = MemoryBreakerStore()
+        done = await asyncio.gather(
+            *(perform(job, transport, breakers, None, rates) for job in jobs(inbox_server, count))
+        )
+        transport.close()
+        return list(done)
+
+    return asyncio.run(attempt())
+
+
+@override_settings(OUTBOX_HOST_RATES={"127.0.0.1": 4.0})
+def test_near_turns_are_waited_for_and_far_ones_given_back_without_a_request(
+    inbox_server: InboxServer, transport: Transport
+) -> None:
+    began = time.monotonic()
+    outcomes = attempt_all(transport, inbox_server, MemoryRateStore(), 30)
+    sent = [o for o in outcomes if o.result is AttemptResult.DELIVERED]
+    held = [o for o in outcomes if o.result is AttemptResult.HELD]
+    # 4/s: turns up to 5 s away are reserved (21 of them: at 0, 0.25 ... 5.0 s).
+    assert (len(sent), len(held)) == (21, 9)
+    assert len(inbox_server.requests()) == 21
+    assert all(o.error == pacing.PACED_ERROR and o.held_for and o.held_for > 5 for o in held)
+    times = sorted(r.received_at for r in inbox_server.requests())
+    assert times[-1] - times[0] >= 4.5  # spaced, not sent together
+    assert time.monotonic() - began < 30
+
+
+def test_a_429_holds_the_host_in_the_rate_store_too(
+    inbox_server: InboxServer, transport: Transport
+) -> None:
+    inbox_server.behave("/down", Behaviour(statuses=(429,), headers={"Retry-After": "30"}))
+    rates = MemoryRateStore()
+    (first,) = attempt_all(transport, inbox_server, rates, 1)
+    assert first.status == 429
+    turn = rates.take_now(RateRequest("127.0.0.1", rate_policy("127.0.0.1"), 5.0))
+    assert not turn.reserved and turn.wait == pytest.approx(30, abs=1)
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_after", "throttle", "hold"),
+    [(429, 7.0, 7.0, 7.0), (503, 9.0, 0.0, 9.0), (503, None, 0.0, 0.0), (500, 9.0, 0.0, 0.0)],
+)
+def test_what_slows_a_host_down(
+    status: int, retry_after: float | None, throttle: float, hold: float
+) -> None:
+    assert pacing.slow_down_for(status, retry_after, throttle) == hold
+
+
+def test_a_503_s_slow_down_is_capped_and_ignored_when_not_waiting_as_asked() -> None:
+    with override_settings(OUTBOX_THROTTLE_CAP=60.0):
+        assert pacing.slow_down_for(503, 3600.0, 0.0) == 60.0
+    with override_settings(OUTBOX_WAIT_AS_ASKED=False):
+        assert pacing.slow_down_for(503, 30.0, 0.0) == 0.0
+
+
+def test_a_probe_that_succeeded_starts_the_host_from_the_floor() -> None:
+    rates = MemoryRateStore()
+    policy = RatePolicy(10.0, 1.0, 60.0)
+    with override_settings(OUTBOX_HOST_RATES={"h.example": 10.0}):
+        asyncio.run(pacing.note(rates, "H.example", hold=0.0, probe_closed=True))
+    ask = RateRequest("h.example", policy, 10.0)
+    assert [round(t.wait, 2) for t in rates.take_many([ask, ask])] == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    ("settings", "on"),
+    [
+        ({"OUTBOX_SLOW_START_SECONDS": 0}, False),
+        ({"OUTBOX_SLOW_START_SECONDS": 0, "OUTBOX_HOST_RATE": 3}, True),
+        ({"OUTBOX_SLOW_START_SECONDS": 0, "OUTBOX_HOST_RATES": {"a": 3}}, True),
+        ({}, True),
+    ],
+)
+def test_rates_are_off_only_without_rates_nor_slow_start(
+    settings: dict[str, object], on: bool
+) -> None:
+    with override_settings(**settings):
+        assert (configured_rate_store() is not None) is on
