@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django_outbox.worker.engine import Engine
@@ -22,6 +23,16 @@ async def released(task: Task) -> None:
     deadline = time.monotonic() + 10
     while not task.hold.is_set() and time.monotonic() < deadline:
         await asyncio.sleep(0.005)
+
+
+def eventually(condition: Callable[[], bool], within: float = 5) -> bool:
+    """Poll ``condition`` until it holds or ``within`` seconds pass."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
 
 
 def make(
@@ -91,16 +102,20 @@ def test_urgent_jobs_start_before_waiting_ones() -> None:
     engine = make(1, 10, log, lock, peaks)
     blocker = Task("a")
     engine.submit([blocker])
-    time.sleep(0.05)
+    assert eventually(lambda: log == [blocker])
     bulk = [Task(f"b{i}") for i in range(5)]
     urgent = Task("u", urgent=True)
     for task in [*bulk, urgent]:
         task.hold.set()
     engine.submit(bulk)
     engine.submit([urgent])
+    # The urgent job starts while the only slot is still taken; the bulk ones wait.
+    assert eventually(lambda: len(log) == 2)
+    time.sleep(0.05)
+    assert log == [blocker, urgent]
     blocker.hold.set()
     assert engine.wait_idle(5)
-    assert log[1] is urgent
+    assert log[2:] == bulk
 
 
 def test_an_urgent_job_goes_to_the_front_of_its_host_line() -> None:
@@ -110,7 +125,7 @@ def test_an_urgent_job_goes_to_the_front_of_its_host_line() -> None:
     engine = make(4, 1, log, lock, peaks)
     blocker = Task("h")
     engine.submit([blocker])
-    time.sleep(0.05)
+    assert eventually(lambda: log == [blocker])
     queued = [Task("h") for _ in range(3)]
     urgent = Task("h", urgent=True)
     for task in [*queued, urgent]:
@@ -125,8 +140,7 @@ def test_room_counts_what_may_wait_and_wait_for_room_times_out() -> None:
     engine = holding([], concurrency=1, per_host=1, backlog=2)
     running = Task("a")
     engine.submit([running])
-    time.sleep(0.05)
-    assert engine.room() == 2
+    assert eventually(lambda: engine.room() == 2), "room once the first job started"
     waiting = [Task("b"), Task("c")]
     engine.submit(waiting)
     assert engine.room() == 0
@@ -282,6 +296,7 @@ def test_urgent_jobs_do_not_wait_for_a_slot_but_for_the_most_in_flight() -> None
     engine = holding(started, concurrency=1, per_host=1, max_in_flight=3)
     bulk = [Task("a"), Task("b")]
     engine.submit(bulk)
+    assert eventually(lambda: len(started) == 1)
     time.sleep(0.05)
     assert started == [bulk[0]], "the concurrency, for bulk jobs"
     urgent = [Task(f"u{n}", urgent=True) for n in range(3)]
