@@ -47,10 +47,23 @@ class Browser:
         )
 
     def until(self, condition: Any, seconds: float = WAIT) -> Any:
-        """Wait until ``condition(driver)`` is true; its value."""
+        """Wait until ``condition(driver)`` is true; its value.
+
+        A page that reloads itself replaces its elements while the condition reads them,
+        so an element gone stale or not yet there counts as "not yet", not as a failure.
+        """
+        from selenium.common.exceptions import (
+            NoSuchElementException,
+            StaleElementReferenceException,
+        )
         from selenium.webdriver.support.ui import WebDriverWait
 
-        return WebDriverWait(self.driver, seconds, poll_frequency=0.25).until(condition)
+        return WebDriverWait(
+            self.driver,
+            seconds,
+            poll_frequency=0.25,
+            ignored_exceptions=(NoSuchElementException, StaleElementReferenceException),
+        ).until(condition)
 
     def find(self, css: str) -> Any:
         """The first element ``css``."""
