@@ -10,6 +10,8 @@ from django_outbox.breakers import BreakerPolicy
 from django_outbox.breakers.configured import configured_store
 from django_outbox.breakers.redis_store import RedisBreakerStore
 
+pytestmark = pytest.mark.redis_state
+
 
 @pytest.mark.django_db
 def test_a_breaker_opened_by_another_process_is_listed_and_reset(admin_client: Client) -> None:

@@ -14,7 +14,7 @@ from django_outbox.broker.backlog import Backlog, header, read_sent, redis_backl
 from django_outbox.broker.publish import lane_backlogs, publish
 from tests.support.workers import rabbitmq
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_state]
 
 AT = 1_800_000_000.5
 #: Queues no worker consumes.

@@ -13,7 +13,7 @@ from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.waiting import wait_for
 from tests.support.workers import Worker
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_state]
 
 THRESHOLD = 3
 COOL_OFF = 3.0

@@ -20,7 +20,7 @@ from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.waiting import wait_for
 from tests.support.workers import Worker
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_state]
 
 #: The package's defaults for what the test workers change (tests/support/workers.py).
 DEFAULTS = {

@@ -23,7 +23,7 @@ from testproject.inbox_servers import Behaviour, InboxServer
 from tests.support.waiting import wait_for
 from tests.support.workers import Worker
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.redis_state]
 
 HOST = "127.0.0.1"  # the inbox server's host name, as the rate settings name it
 

@@ -23,6 +23,8 @@ from tests.support.breaker_helpers import (
     send_one,
 )
 
+pytestmark = pytest.mark.redis_state
+
 
 class TestRedisStore(BreakerStoreContract):
     """The Redis store follows the seed's state machine, as the memory store does."""

@@ -15,6 +15,8 @@ import redis
 from django_outbox.breakers.rate_redis import RedisRateStore
 from django_outbox.breakers.rates import RatePolicy, RateRequest
 
+pytestmark = pytest.mark.redis_state
+
 SLACK = 0.05  # seconds that may pass between two calls on a loaded machine
 
 
