@@ -108,3 +108,12 @@ def test_viewing_endpoints_shows_no_button_and_cannot_enable() -> None:
     enable = reverse("admin:django_outbox_endpoint_enable", args=[row.pk])
     assert client.post(enable).status_code == 403
     assert Endpoint.objects.get().disabled_since is not None
+
+
+def test_staff_without_endpoint_permissions_get_403() -> None:
+    row = failing(HOOK, disabled=True)
+    client = staff_client("view_delivery")
+    assert client.get(page(row)).status_code == 403
+    enable = reverse("admin:django_outbox_endpoint_enable", args=[row.pk])
+    assert client.post(enable).status_code == 403
+    assert Endpoint.objects.get().disabled_since is not None
