@@ -1,7 +1,8 @@
 """The two Lua scripts that space requests to a host kept in Redis, atomically between
 processes: ``TAKE_LUA`` for each delivery's turn, ``NOTE_LUA`` for a throttle, or a
-breaker that closed or a pause that ended.  They mirror :mod:`django_outbox.breakers.rates` (its unit tests and
-the integration tests hold them to it), in milliseconds of Redis's ``TIME``.
+breaker that closed or a pause that ended.  They mirror
+:mod:`django_outbox.breakers.rates` (its unit tests and the integration tests hold them
+to it), in milliseconds of Redis's ``TIME``.
 """
 
 from django_outbox.breakers.rates import UNLIMITED_DOUBLINGS
