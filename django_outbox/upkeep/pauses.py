@@ -6,15 +6,19 @@ and, if they like, an end.  A worker parks each delivery it claims for a paused
 host, as an extension parks those it holds: no request, no attempt spent,
 ``queued`` with its ``last_error`` saying ``held: <host> is paused ...``, due again
 when the pause ends, or :data:`RECHECK` seconds later for a pause with no end.
-Resuming (:func:`resume_host`, or the end passing) publishes them again at once.  A
-paused delivery whose batch deadline passes expires as any other.
+Resuming (:func:`resume_host`, or the end passing) brings them back: each at random
+within :data:`RELEASE_SPREAD` seconds of the end, so that a long pause's backlog does
+not come back in one instant.  A paused delivery whose batch deadline passes expires
+as any other.
 
 Workers read the pauses at most every :data:`REFRESH` seconds, so a pause takes
-effect within that time; what was already being sent finishes.
+effect within that time; what was already being sent finishes.  Each worker process
+notes the pauses it saw end (:func:`ended_pauses`), for the host's slow start.
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from dataclasses import dataclass
@@ -26,7 +30,7 @@ from django.utils import timezone
 from django_outbox.broker.publish import publish_on_commit
 from django_outbox.exceptions import InvalidHost, InvalidInbox
 from django_outbox.models import HostPause
-from django_outbox.store.parked import release_parked
+from django_outbox.store.parked import release_parked, spread_due
 from django_outbox.transport.target import parse_target
 from django_outbox.values import columns
 
@@ -34,8 +38,15 @@ from django_outbox.values import columns
 REFRESH = 2.0
 #: Seconds a delivery to a host paused with no end stays parked before a worker looks again.
 RECHECK = 300.0
+#: Seconds over which the deliveries a pause held come due when it ends, each at random.
+RELEASE_SPREAD = 10.0
 
-_cached: tuple[dict[str, Pause], float] = ({}, 0.0)
+#: The pauses as last read: by host, when read (monotonic), and when read (wall clock).
+_cached: tuple[dict[str, Pause], float, datetime | None] = ({}, 0.0, None)
+#: The hosts this process saw paused: the last read that held each pause, and the pause.
+_watched: dict[str, tuple[datetime, Pause]] = {}
+#: The hosts whose pause this process saw end, not yet taken: when each ended.
+_ended: dict[str, datetime] = {}
 _lock = threading.Lock()
 
 
@@ -53,9 +64,12 @@ class Pause:
         return held_reason(self.host) + (f": {self.reason}" if self.reason else "")
 
     def parked_until(self, now: datetime) -> datetime:
-        """When a delivery parked now is due again: the pause's end, or a recheck."""
+        """When a delivery parked now is due again: at random within
+        :data:`RELEASE_SPREAD` seconds of the pause's end, or a recheck."""
         recheck = now + timedelta(seconds=RECHECK)
-        return recheck if self.until is None else min(self.until, recheck)
+        if self.until is None:
+            return recheck
+        return min(self.until + timedelta(seconds=random.random() * RELEASE_SPREAD), recheck)
 
 
 def held_reason(host: str) -> str:
@@ -92,12 +106,14 @@ def pause_host(host: str, reason: str = "", until: datetime | None = None) -> Pa
 
 
 def resume_host(host: str) -> int:
-    """End ``host``'s pause and publish its parked deliveries now; how many."""
+    """End ``host``'s pause and publish its parked deliveries, each due at random within
+    :data:`RELEASE_SPREAD` seconds; how many."""
     name = _host(host)
     with transaction.atomic():
         HostPause.objects.filter(name=name).delete()
         lanes = release_parked(name, starting=held_reason(name))
-        publish_on_commit(lanes)
+        for countdown, spread in spread_due(lanes, RELEASE_SPREAD).items():
+            publish_on_commit(spread, countdown or None)
     forget_cached()
     return sum(len(ids) for ids in lanes.values())
 
@@ -107,16 +123,42 @@ def paused_hosts() -> dict[str, Pause]:
     :data:`REFRESH` seconds ago (pauses whose end has passed are left out)."""
     global _cached
     with _lock:
-        pauses, read_at = _cached
-    if time.monotonic() - read_at >= REFRESH:
+        pauses, read_at, read_on = _cached
+    if read_on is None or time.monotonic() - read_at >= REFRESH:
+        read_on = timezone.now()
         rows = HostPause.objects.values_list("name", "reason", "until")
         pauses = {name: Pause(name, reason, until) for name, reason, until in rows}
         with _lock:
-            _cached = (pauses, time.monotonic())
+            _cached = (pauses, time.monotonic(), read_on)
     now = timezone.now()
-    return {
+    paused = {
         name: pause for name, pause in pauses.items() if pause.until is None or pause.until > now
     }
+    _watch(paused, read_on, now)
+    return paused
+
+
+def _watch(paused: dict[str, Pause], read_on: datetime, now: datetime) -> None:
+    """Note the pauses that ended since the last look: one that lapsed at its end, one
+    resumed at the last read that still held it (the earliest it may have ended: a
+    slow start from then is at most :data:`REFRESH` seconds ahead for a process that
+    reads often, and over already for one that had not read for long)."""
+    global _watched
+    with _lock:
+        for name, (seen, pause) in _watched.items():
+            if name not in paused:
+                lapsed = pause.until is not None and pause.until <= now
+                _ended[name] = pause.until if pause.until is not None and lapsed else seen
+        _watched = {name: (read_on, pause) for name, pause in paused.items()}
+
+
+def ended_pauses() -> dict[str, datetime]:
+    """The hosts whose pause this process saw end since last asked, each with when it
+    ended (see :func:`_watch`); taken, so each end is given once."""
+    with _lock:
+        ended = dict(_ended)
+        _ended.clear()
+    return ended
 
 
 def end_lapsed_pauses() -> int:
@@ -132,4 +174,4 @@ def forget_cached() -> None:
     """Read the pauses again on next use."""
     global _cached
     with _lock:
-        _cached = ({}, 0.0)
+        _cached = ({}, 0.0, None)

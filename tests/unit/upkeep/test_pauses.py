@@ -4,7 +4,7 @@ held) until it is resumed or its pause ends; bad input is refused."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
@@ -16,9 +16,12 @@ from django_outbox import outbox
 from django_outbox.exceptions import InvalidHost
 from django_outbox.models import Delivery, DeliveryState, HostPause
 from django_outbox.testing import OutboxCapture, captured_sends
+from django_outbox.upkeep import pauses
 from django_outbox.upkeep.pauses import (
     RECHECK,
+    RELEASE_SPREAD,
     end_lapsed_pauses,
+    ended_pauses,
     forget_cached,
     paused_hosts,
 )
@@ -64,9 +67,12 @@ def test_a_paused_hosts_deliveries_are_held_until_it_is_resumed(
     published = len(sent.tasks)
     with django_capture_on_commit_callbacks(execute=True):
         assert outbox.resume_host("paused.example") == 2
-    assert len(sent.tasks) == published + 1, "published again at once"
+    again = sorted(pk for task in sent.tasks[published:] for pk in task.args[0])
+    assert again == sorted(
+        Delivery.objects.filter(host="paused.example").values_list("id", flat=True)
+    )
     assert not HostPause.objects.exists()
-    sent.deliver_all()
+    sent.deliver_all(retry_now=True)
     assert {state for state, _, _ in states().values()} == {DeliveryState.DELIVERED}
 
 
@@ -75,7 +81,8 @@ def test_a_pause_with_an_end_parks_its_deliveries_until_then(sent: OutboxCapture
     outbox.pause_host("PAUSED.example", until=until)
     sent.deliver_all()
     rows = Delivery.objects.filter(host="paused.example")
-    assert {row.next_attempt_at for row in rows} == {until}
+    spread = timedelta(seconds=RELEASE_SPREAD)
+    assert all(until <= row.next_attempt_at < until + spread for row in rows)
     assert {row.last_error for row in rows} == {"held: paused.example is paused"}
 
 
@@ -125,3 +132,64 @@ def test_the_command_refuses_a_bad_end_cleanly() -> None:
     with pytest.raises(CommandError, match="give a duration"):
         call_command("outbox", "hosts", "pause", "a.example", "--until", "soon")
     assert not HostPause.objects.exists()
+
+
+def test_a_resumed_pause_releases_its_deliveries_spread_over_seconds(
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    """Each held delivery comes due at random within RELEASE_SPREAD seconds of the resume,
+    and its message is published with the countdown to match."""
+    with captured_sends() as capture:
+        with django_capture_on_commit_callbacks(execute=True):
+            outbox.send(ACTOR, ACTIVITY, inboxes(40, "paused"))
+        outbox.pause_host("paused.example")
+        capture.deliver_all()
+        published = len(capture.tasks)
+        resumed = timezone.now()
+        with django_capture_on_commit_callbacks(execute=True):
+            assert outbox.resume_host("paused.example") == 40
+        due = dict(Delivery.objects.values_list("id", "next_attempt_at"))
+        for task in capture.tasks[published:]:
+            for pk in task.args[0]:
+                delay = (due[pk] - resumed).total_seconds()
+                assert (task.countdown or 0.0) <= delay < (task.countdown or 0.0) + 1.0
+        assert all(
+            resumed <= at < resumed + timedelta(seconds=RELEASE_SPREAD) for at in due.values()
+        )
+        assert len({at for at in due.values()}) > 5, "spread, not all at once"
+    forget_cached()
+
+
+class Clock:
+    """``timezone`` for the pauses module, at a time the test sets."""
+
+    def __init__(self) -> None:
+        self.at = timezone.now()
+
+    def now(self) -> datetime:
+        return self.at
+
+
+def test_a_worker_process_notes_each_pause_it_saw_end_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pause that lapsed ended at its end; a resumed one at the last read that held it."""
+    forget_cached()
+    paused_hosts()
+    ended_pauses()  # what earlier tests' pauses left in this process
+    clock = Clock()
+    monkeypatch.setattr(pauses, "timezone", clock)
+    start = clock.at
+    outbox.pause_host("lapsing.example", until=start + timedelta(minutes=1))
+    outbox.pause_host("resumed.example")
+    assert set(paused_hosts()) == {"lapsing.example", "resumed.example"}
+    assert ended_pauses() == {}
+    clock.at = start + timedelta(minutes=2)
+    HostPause.objects.filter(name="resumed.example").delete()
+    forget_cached()
+    assert paused_hosts() == {}
+    assert ended_pauses() == {
+        "lapsing.example": start + timedelta(minutes=1),
+        "resumed.example": start,
+    }
+    assert ended_pauses() == {}, "each end once"
