@@ -52,14 +52,15 @@ def release_parked(
 SPREAD_STEP = 0.5
 
 
-def spread_due(lanes: Lanes, within: float) -> dict[float, Lanes]:
+def spread_due(lanes: Lanes, within: float, after: float = 0.0) -> dict[float, Lanes]:
     """Make the deliveries of ``lanes``, just released, due each at random within
-    ``within`` seconds instead of all now; their ids by countdown (seconds, in steps of
-    :data:`SPREAD_STEP`) and lane, to publish.  Only rows still queued are changed."""
+    ``within`` seconds from ``after`` seconds on, instead of all now; their ids by
+    countdown (seconds, in steps of :data:`SPREAD_STEP`) and lane, to publish.  Only
+    rows still queued are changed."""
     spread: dict[float, Lanes] = {}
     for lane, ids in lanes.items():
         for pk in ids:
-            delay = SPREAD_STEP * int(random.random() * within / SPREAD_STEP)
+            delay = after + SPREAD_STEP * int(random.random() * within / SPREAD_STEP)
             spread.setdefault(delay, {}).setdefault(lane, []).append(pk)
     now = timezone.now()
     for delay, by in spread.items():

@@ -7,9 +7,9 @@ host, as an extension parks those it holds: no request, no attempt spent,
 ``queued`` with its ``last_error`` saying ``held: <host> is paused ...``, due again
 when the pause ends, or :data:`RECHECK` seconds later for a pause with no end.
 Resuming (:func:`resume_host`, or the end passing) brings them back: each at random
-within :data:`RELEASE_SPREAD` seconds of the end, so that a long pause's backlog does
-not come back in one instant.  A paused delivery whose batch deadline passes expires
-as any other.
+within :data:`RELEASE_SPREAD` seconds of the end (of :data:`REFRESH` seconds after a
+resume), so that a long pause's backlog does not come back in one instant.  A paused
+delivery whose batch deadline passes expires as any other.
 
 Workers read the pauses at most every :data:`REFRESH` seconds, so a pause takes
 effect within that time; what was already being sent finishes.  Each worker process
@@ -107,12 +107,13 @@ def pause_host(host: str, reason: str = "", until: datetime | None = None) -> Pa
 
 def resume_host(host: str) -> int:
     """End ``host``'s pause and publish its parked deliveries, each due at random within
-    :data:`RELEASE_SPREAD` seconds; how many."""
+    :data:`RELEASE_SPREAD` seconds from :data:`REFRESH` seconds on (by then every worker
+    has read that the pause ended, and none parks them again); how many."""
     name = _host(host)
     with transaction.atomic():
         HostPause.objects.filter(name=name).delete()
         lanes = release_parked(name, starting=held_reason(name))
-        for countdown, spread in spread_due(lanes, RELEASE_SPREAD).items():
+        for countdown, spread in spread_due(lanes, RELEASE_SPREAD, REFRESH).items():
             publish_on_commit(spread, countdown or None)
     forget_cached()
     return sum(len(ids) for ids in lanes.values())

@@ -19,6 +19,7 @@ from django_outbox.testing import OutboxCapture, captured_sends
 from django_outbox.upkeep import pauses
 from django_outbox.upkeep.pauses import (
     RECHECK,
+    REFRESH,
     RELEASE_SPREAD,
     end_lapsed_pauses,
     ended_pauses,
@@ -137,8 +138,8 @@ def test_the_command_refuses_a_bad_end_cleanly() -> None:
 def test_a_resumed_pause_releases_its_deliveries_spread_over_seconds(
     django_capture_on_commit_callbacks: Callable[..., Any],
 ) -> None:
-    """Each held delivery comes due at random within RELEASE_SPREAD seconds of the resume,
-    and its message is published with the countdown to match."""
+    """Each held delivery comes due at random within RELEASE_SPREAD seconds from REFRESH
+    seconds after the resume, and its message is published with the countdown to match."""
     with captured_sends() as capture:
         with django_capture_on_commit_callbacks(execute=True):
             outbox.send(ACTOR, ACTIVITY, inboxes(40, "paused"))
@@ -154,7 +155,10 @@ def test_a_resumed_pause_releases_its_deliveries_spread_over_seconds(
                 delay = (due[pk] - resumed).total_seconds()
                 assert (task.countdown or 0.0) <= delay < (task.countdown or 0.0) + 1.0
         assert all(
-            resumed <= at < resumed + timedelta(seconds=RELEASE_SPREAD) for at in due.values()
+            resumed + timedelta(seconds=REFRESH)
+            <= at
+            < resumed + timedelta(seconds=REFRESH + RELEASE_SPREAD)
+            for at in due.values()
         )
         assert len({at for at in due.values()}) > 5, "spread, not all at once"
     forget_cached()
