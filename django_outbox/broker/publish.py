@@ -225,12 +225,11 @@ def publish(lanes: Lanes, countdown: float | None = None) -> bool:
     return True
 
 
-def publish_on_commit(lanes: Lanes, countdown: float | None = None) -> None:
-    """:func:`publish` ``lanes`` (after ``countdown`` seconds) once the current
-    transaction commits."""
+def publish_on_commit(lanes: Lanes) -> None:
+    """:func:`publish` ``lanes`` once the current transaction commits."""
 
     def publish_deliveries() -> None:
-        publish(lanes, countdown)
+        publish(lanes)
 
     if any(lanes.values()):
         transaction.on_commit(publish_deliveries, robust=True)

@@ -5,17 +5,14 @@ the database until its hold ends (:func:`~django_outbox.store.transitions.park`)
 ``queued``, due later, with no message on the broker and its ``last_error`` saying why
 it waits.  When what it waited for happens sooner (the host resumed, or what an
 extension waited for came), :func:`release_parked` makes it due at once and hands back
-its id to publish, rather than leave it to its hold timer and the recovery pass;
-:func:`spread_due` then spreads a large release over a few seconds.
+its id to publish, rather than leave it to its hold timer and the recovery pass.
 Only rows still queued and parked for the given reasons are touched, so a delivery
 that moved on meanwhile is left alone.
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Collection
-from datetime import timedelta
 
 from django.utils import timezone
 
@@ -46,27 +43,3 @@ def release_parked(
     if rows:
         parked.filter(id__in=[pk for pk, _ in rows]).update(next_attempt_at=now, dispatched_at=now)
     return by_lane(rows)
-
-
-#: Steps (seconds) of :func:`spread_due`'s delays: one update and one message per step.
-SPREAD_STEP = 0.5
-
-
-def spread_due(lanes: Lanes, within: float, after: float = 0.0) -> dict[float, Lanes]:
-    """Make the deliveries of ``lanes``, just released, due each at random within
-    ``within`` seconds from ``after`` seconds on, instead of all now; their ids by
-    countdown (seconds, in steps of :data:`SPREAD_STEP`) and lane, to publish.  Only
-    rows still queued are changed."""
-    spread: dict[float, Lanes] = {}
-    for lane, ids in lanes.items():
-        for pk in ids:
-            delay = after + SPREAD_STEP * int(random.random() * within / SPREAD_STEP)
-            spread.setdefault(delay, {}).setdefault(lane, []).append(pk)
-    now = timezone.now()
-    for delay, by in spread.items():
-        if delay:
-            ids = [pk for pks in by.values() for pk in pks]
-            Delivery.objects.filter(id__in=ids, state=DeliveryState.QUEUED).update(
-                next_attempt_at=now + timedelta(seconds=delay)
-            )
-    return spread

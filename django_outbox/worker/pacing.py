@@ -9,7 +9,7 @@ the delivery is held (given back, no attempt spent) until about then, spread ove
 to one more reservation window so that those given back together do not come back
 together.  After the attempt, a ``429`` (or a ``503`` with ``Retry-After``) slows the
 host down, and a breaker's probe that succeeded starts it slowly; so does the end of
-the host's pause, which a worker process learns of when it next prepares a claim.
+the host's pause, which a worker process reads when it prepares a claim.
 """
 
 from __future__ import annotations
@@ -73,13 +73,10 @@ async def note(rates: RateStore, host: str, *, hold: float, probe_closed: bool) 
 
 def start_after_pauses(rates: RateStore | None, ended: Mapping[str, datetime]) -> None:
     """Begin a slow start at each host of ``ended`` as of when its pause ended (its
-    value), so that the held backlog meets the floor rate, not the full one; a pause
-    that ended a whole slow start ago is left alone (its ramp would be over)."""
+    value), so that the held backlog meets the floor rate, not the full one (a ramp
+    that began a whole slow start ago is over: the store keeps nothing of it)."""
     if rates is None:
         return
     now = timezone.now()
     for host, at in ended.items():
-        policy = rate_policy(host)
-        ago = max(0.0, (now - at).total_seconds())
-        if ago < policy.slow_start:
-            rates.started(host.lower(), policy, ago)
+        rates.started(host.lower(), rate_policy(host), max(0.0, (now - at).total_seconds()))
