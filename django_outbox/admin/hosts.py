@@ -265,7 +265,8 @@ class HostAdmin(ReadOnlyAdmin):
         return HttpResponseRedirect(host_page(name))
 
     def host_resume_view(self, request: HttpRequest, name: str) -> HttpResponse:
-        """End a host's pause and send its held deliveries now (POST)."""
+        """End a host's pause and send its held deliveries again (POST): due now,
+        published over a few seconds (see :func:`resume_host`)."""
         if not (self.may_see_host(request) and self.has_manage_permission(request)):
             raise PermissionDenied
         name = name.lower()
