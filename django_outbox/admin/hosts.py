@@ -36,7 +36,7 @@ from django_outbox.models import Delivery, Host, HostPause
 from django_outbox.status.host_report import host_report, reset_hosts
 from django_outbox.status.snapshot import FAILED_RESULTS, STATES
 from django_outbox.upkeep.bulk import parse_since, parse_until
-from django_outbox.upkeep.pauses import pause_host, resume_host
+from django_outbox.upkeep.pauses import pause_host, pauses_in_force, resume_host
 
 #: Said instead of "no breaker is open" when the breakers are out of the web's sight.
 BREAKERS_UNSEEN = (
@@ -65,6 +65,10 @@ class HostPauseAdmin(ReadOnlyAdmin):
     search_fields = ("name",)
     paused = shown("paused_at", "paused since", ordering="paused_at")
     ends = shown("until", "until", ordering="until")
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[HostPause]:
+        """The pauses in force: an ended one waits for the sweeper to delete its row."""
+        return pauses_in_force()
 
 
 class HostAdmin(ReadOnlyAdmin):
@@ -261,7 +265,8 @@ class HostAdmin(ReadOnlyAdmin):
         return HttpResponseRedirect(host_page(name))
 
     def host_resume_view(self, request: HttpRequest, name: str) -> HttpResponse:
-        """End a host's pause and send its held deliveries now (POST)."""
+        """End a host's pause and send its held deliveries again (POST): due now,
+        published over a few seconds (see :func:`resume_host`)."""
         if not (self.may_see_host(request) and self.has_manage_permission(request)):
             raise PermissionDenied
         name = name.lower()

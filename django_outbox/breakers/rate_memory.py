@@ -59,12 +59,12 @@ class MemoryRateStore:
             tat, ramp = self._hosts.get(host, (now, None))
             self._keep(host, policy, tat, throttled_ramp(policy, ramp, now, hold), now)
 
-    def started(self, host: str, policy: RatePolicy) -> None:
+    def started(self, host: str, policy: RatePolicy, ago: float = 0.0) -> None:
         """See :meth:`RateStore.started`."""
         with self._lock:
             now = self._clock()
             tat, ramp = self._hosts.get(host, (now, None))
-            self._keep(host, policy, tat, started_ramp(policy, ramp, now), now)
+            self._keep(host, policy, tat, started_ramp(policy, ramp, now, ago), now)
 
     def _keep(
         self, host: str, policy: RatePolicy, tat: float, ramp: Ramp | None, now: float

@@ -78,10 +78,10 @@ class RedisRateStore:
         self._free.pop(host, None)
         self._run(1, [(host, (*_policy_args(policy), "slow", repr(hold * 1000)))])
 
-    def started(self, host: str, policy: RatePolicy) -> None:
+    def started(self, host: str, policy: RatePolicy, ago: float = 0.0) -> None:
         """See :meth:`RateStore.started`."""
         self._free.pop(host, None)
-        self._run(1, [(host, (*_policy_args(policy), "start", "0"))])
+        self._run(1, [(host, (*_policy_args(policy), "start", repr(ago * 1000)))])
 
     def _set_free(self, host: str) -> None:
         now = time.monotonic()

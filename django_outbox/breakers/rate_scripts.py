@@ -1,7 +1,8 @@
 """The two Lua scripts that space requests to a host kept in Redis, atomically between
-processes: ``TAKE_LUA`` for each delivery's turn, ``NOTE_LUA`` for a throttle or a
-breaker that closed.  They mirror :mod:`django_outbox.breakers.rates` (its unit tests and
-the integration tests hold them to it), in milliseconds of Redis's ``TIME``.
+processes: ``TAKE_LUA`` for each delivery's turn, ``NOTE_LUA`` for a throttle, or a
+breaker that closed or a pause that ended.  They mirror
+:mod:`django_outbox.breakers.rates` (its unit tests and the integration tests hold them
+to it), in milliseconds of Redis's ``TIME``.
 """
 
 from django_outbox.breakers.rates import UNLIMITED_DOUBLINGS
@@ -68,7 +69,8 @@ return {reserved, math.ceil(at - now), limited}
 """
 )
 
-# ARGV[4]: 'slow' (a throttle) or 'start' (a breaker closed); ARGV[5]: the hold (ms).
+# ARGV[4]: 'slow' (a throttle) or 'start' (a breaker closed or a pause ended); ARGV[5]:
+# the hold (ms), or how long ago (ms) the slow start began.
 NOTE_LUA = (
     _PROLOGUE
     + """
@@ -79,7 +81,8 @@ if ARGV[4] == 'slow' then
   if current and current > 0 then start = math.max(floor, current / 2) end
   ramp_at, ramp_from = math.max(now + tonumber(ARGV[5]), ramp_at or now), start
 else
-  ramp_at, ramp_from = math.max(now, ramp_at or now), floor
+  local began = now - tonumber(ARGV[5])
+  ramp_at, ramp_from = math.max(began, ramp_at or began), floor
 end
 keep()
 return 1

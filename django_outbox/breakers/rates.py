@@ -6,7 +6,8 @@ A host may have a steady rate (``OUTBOX_HOST_RATE``, or its own in
 - **slow-down**: a ``429`` (or a ``503`` with ``Retry-After``) holds the host for the
   time asked, then it resumes at half the rate it had (:func:`slowed`), at least
   ``floor``;
-- **slow start**: after its breaker's probe succeeded, the host resumes at ``floor``.
+- **slow start**: after its breaker's probe succeeded, or its pause ended, the host
+  resumes at ``floor``.
 
 Either way the rate then grows by a constant factor per second (:func:`rate_at`) and
 reaches the steady rate after ``slow_start`` seconds; a host without a steady rate
@@ -98,9 +99,12 @@ def throttled_ramp(policy: RatePolicy, ramp: Ramp | None, now: float, hold: floa
     return Ramp(max(now + hold, ramp.at if ramp is not None else now), slowed(policy, current))
 
 
-def started_ramp(policy: RatePolicy, ramp: Ramp | None, now: float) -> Ramp:
-    """The ramp after a breaker closed at ``now``: from the floor, after any hold running."""
-    return Ramp(max(now, ramp.at if ramp is not None else now), policy.floor)
+def started_ramp(policy: RatePolicy, ramp: Ramp | None, now: float, ago: float = 0.0) -> Ramp:
+    """The ramp after a breaker closed, or a pause ended, ``ago`` seconds before ``now``:
+    from the floor at that moment, or when a hold running then ends.  Asked again about
+    the same moment, it gives the same ramp, so processes that each learn of it agree."""
+    began = now - ago
+    return Ramp(max(began, ramp.at if ramp is not None else began), policy.floor)
 
 
 class Turn(NamedTuple):
@@ -158,8 +162,9 @@ class RateStore(Protocol):
         """``host`` asked to wait ``hold`` seconds: hold it, then slow it down."""
         ...
 
-    def started(self, host: str, policy: RatePolicy) -> None:
-        """``host``'s breaker closed: its rate starts again from the floor."""
+    def started(self, host: str, policy: RatePolicy, ago: float = 0.0) -> None:
+        """``host``'s breaker closed, or its pause ended, ``ago`` seconds ago: its rate
+        starts again from the floor, as of then (see :func:`started_ramp`)."""
         ...
 
 

@@ -299,7 +299,9 @@ class Outbox:
         return pause_host(host, reason, until)
 
     def resume_host(self, host: str) -> int:
-        """End ``host``'s pause; its held deliveries are published at once.  How many."""
+        """End ``host``'s pause; its held deliveries are due at once, published over the
+        next 2 to 12 s, and the host starts slowly (unless ``OUTBOX_SLOW_START_SECONDS``
+        is 0).  How many."""
         return resume_host(host)
 
 

@@ -76,8 +76,8 @@ class HostHealthSettings:
 
     @property
     def RATE_FLOOR(self) -> float:
-        """Requests per second a host resumes at after its breaker closed, and the
-        lowest a ``429`` slows it to."""
+        """Requests per second a host resumes at after its breaker closed or its pause
+        ended, and the lowest a ``429`` slows it to."""
         return float(read_setting("OUTBOX_RATE_FLOOR", 1.0))
 
     @property

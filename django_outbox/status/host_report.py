@@ -15,6 +15,7 @@ from django_outbox.destinations.availability import forget_hosts
 from django_outbox.models import Attempt, Delivery, DeliveryState, Host, HostPause
 from django_outbox.status.snapshot import STATES
 from django_outbox.status.timings import HostTime, parse_timings, slowest_hosts
+from django_outbox.upkeep.pauses import pauses_in_force
 
 #: Attempts of the host's history shown.
 HISTORY_SHOWN = 20
@@ -70,7 +71,7 @@ def host_report(host: str) -> HostReport:
         due=due["n"],
         oldest_due=oldest,
         failing=Host.objects.filter(name=host).first(),
-        pause=HostPause.objects.filter(name=host).first(),
+        pause=pauses_in_force().filter(name=host).first(),
         breaker=breaker,
         history=list(Attempt.objects.filter(host=host).order_by("-at")[:HISTORY_SHOWN]),
         recent=recent,

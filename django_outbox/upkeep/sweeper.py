@@ -7,7 +7,7 @@ have no Celery message (parked retries, a broker that was down or flushed);
 re-runs large fan-outs whose expansion was lost; frees ordered deliveries
 left waiting; sends the ``delivery_failed`` signals of give-ups whose process
 died before it could; prunes finished rows past the retention period (heartbeats
-of processes dead for an hour, host pauses whose end has passed); and runs the
+of processes dead for an hour, host pauses that ended a slow start ago); and runs the
 steps of the active extensions (:meth:`~django_outbox.extensions.Extension.sweep_steps`).  Every
 change of state is made in :mod:`django_outbox.store`.
 

@@ -8,7 +8,8 @@ line, so the line, not a loop, bounds how many wait.  A later turn is not reserv
 the delivery is held (given back, no attempt spent) until about then, spread over up
 to one more reservation window so that those given back together do not come back
 together.  After the attempt, a ``429`` (or a ``503`` with ``Retry-After``) slows the
-host down, and a breaker's probe that succeeded starts it slowly.
+host down, and a breaker's probe that succeeded starts it slowly; so does the end of
+the host's pause, which a worker process reads when it prepares a claim.
 """
 
 from __future__ import annotations
@@ -16,6 +17,10 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Mapping
+from datetime import datetime
+
+from django.utils import timezone
 
 from django_outbox.breakers.configured import rate_policy
 from django_outbox.breakers.rates import RateRequest, RateStore
@@ -64,3 +69,14 @@ async def note(rates: RateStore, host: str, *, hold: float, probe_closed: bool) 
         await loop.run_in_executor(None, rates.throttled, host.lower(), policy, hold)
     else:
         await loop.run_in_executor(None, rates.started, host.lower(), policy)
+
+
+def start_after_pauses(rates: RateStore | None, ended: Mapping[str, datetime]) -> None:
+    """Begin a slow start at each host of ``ended`` as of when its pause ended (its
+    value), so that the held backlog meets the floor rate, not the full one (a ramp
+    that began a whole slow start ago is over: the store keeps nothing of it)."""
+    if rates is None:
+        return
+    now = timezone.now()
+    for host, at in ended.items():
+        rates.started(host.lower(), rate_policy(host), max(0.0, (now - at).total_seconds()))

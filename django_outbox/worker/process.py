@@ -47,8 +47,10 @@ from django_outbox.store.outages import DATABASE_OUTAGES
 from django_outbox.store.transitions import release, release_claim
 from django_outbox.transport import Transport
 from django_outbox.transport.loops import loop_factory
+from django_outbox.upkeep.pauses import ended_pauses
 from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome, internal_error
+from django_outbox.worker import pacing
 from django_outbox.worker.attempt import Job, first_origins, perform
 from django_outbox.worker.callbacks import Remembered, call_each
 from django_outbox.worker.engine import Engine
@@ -213,6 +215,7 @@ class WorkerProcess:
         messages = self.messages(row.message_id for row in claimed)
         answers = self.answers_for(claimed, messages)
         jobs = prepare_jobs(claimed, messages, answers, self.recorder.put)
+        pacing.start_after_pauses(self.rates, ended_pauses())
         recall(first_origins(jobs))
         return jobs
 

@@ -1,4 +1,5 @@
-"""Requests per second at a host: its rate, a 429's slow-down, a breaker's slow start.
+"""Requests per second at a host: its rate, a 429's slow-down, the slow start after a
+breaker closes or a pause ends.
 
 Two real worker processes (two ``celery worker`` of one process each) share the
 host's rate and breaker in the tests' Redis; one loopback host records when each
@@ -112,3 +113,28 @@ def test_after_a_breaker_closes_the_host_starts_slowly(
     later = sum(1 for t in times if 60 <= t < 70)
     print(f"slow start: {first} requests in the first 10 s, {later} in 60-70 s")
     assert first * 4 <= later, sorted(times)
+
+
+def test_after_a_pause_ends_the_host_starts_slowly(
+    make_worker: Callable[..., Worker], inbox_server: InboxServer
+) -> None:
+    """100 deliveries held by a pause, then resumed: the host has no rate of its own, so
+    without a slow start all would arrive within the release's 12 s; from the floor
+    (1/s, doubling 8 times over the 60 s of ``OUTBOX_SLOW_START_SECONDS``) about 20
+    arrive in the first 10 s.  At most 40 may; then every delivery arrives."""
+    two_workers(make_worker)
+    count = 100
+    outbox.pause_host(HOST, "maintenance")
+    send(inbox_server, "/paused", count)
+    held = Delivery.objects.filter(last_error__startswith=f"held: {HOST} is paused")
+    wait_for(lambda: held.count() == count, 60)
+    assert not inbox_server.requests("/paused")
+    outbox.resume_host(HOST)
+    wait_for(lambda: len(inbox_server.requests("/paused")) >= 1, 30)
+    first = min(r.received_at for r in inbox_server.requests("/paused"))
+    time.sleep(max(0.0, first + 10.0 - time.time()))
+    early = sum(1 for r in inbox_server.requests("/paused") if r.received_at < first + 10.0)
+    wait_for(lambda: Delivery.objects.filter(state="delivered").count() == count, 120)
+    times = sorted(round(r.received_at - first, 1) for r in inbox_server.requests("/paused"))
+    print(f"after a pause: {early} requests in the first 10 s, all {count} by {times[-1]} s")
+    assert early <= 40, times

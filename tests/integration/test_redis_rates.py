@@ -51,6 +51,13 @@ def test_a_slow_start_begins_at_the_floor(store: RedisRateStore) -> None:
     assert second.wait - first.wait == pytest.approx(0.5, abs=0.01)
 
 
+def test_a_slow_start_begun_ago_is_that_far_along(store: RedisRateStore) -> None:
+    policy = RatePolicy(16.0, 1.0, 60.0)
+    store.started("a.example", policy, ago=30.0)  # 4/s: the middle of 1/s to 16/s
+    first, second = store.take_many([RateRequest("a.example", policy, 5.0)] * 2)
+    assert second.wait - first.wait == pytest.approx(0.25, abs=0.01)
+
+
 def test_a_free_host_is_not_asked_again_and_leaves_no_key(
     store: RedisRateStore, redis_url: str
 ) -> None:

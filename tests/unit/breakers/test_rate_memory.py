@@ -68,3 +68,13 @@ def test_memory_stays_bounded() -> None:
         store.take_now(RateRequest(f"h{n}.example", RatePolicy(1.0), 1.0))
         store.take_now(RateRequest(f"h{n}.example", RatePolicy(1.0), 1.0))
     assert len(store._hosts) == 3
+
+
+def test_a_slow_start_begun_ago_is_that_far_along() -> None:
+    """30 s into a 60 s ramp from 1/s to 16/s, the rate is 4/s (the geometric middle)."""
+    clock = Clock()
+    store = MemoryRateStore(clock=clock)
+    policy = RatePolicy(16.0, 1.0, 60.0)
+    store.started("a.example", policy, ago=30.0)
+    ask = RateRequest("a.example", policy, 100.0)
+    assert [t.wait for t in store.take_many([ask, ask])] == [0.0, 0.25]

@@ -81,6 +81,16 @@ def test_a_throttle_holds_then_resumes_at_half_the_rate_it_had() -> None:
     assert started_ramp(policy, ramp, 101.0) == Ramp(105.0, 1.0)
 
 
+def test_a_slow_start_learnt_of_late_begins_when_it_began() -> None:
+    """A pause that ended 10 s ago ramps from then, and every process that learns of it
+    later gives the same ramp; a hold running then still comes first."""
+    policy = RatePolicy(8.0, 1.0, 60.0)
+    first = started_ramp(policy, None, 110.0, ago=10.0)
+    assert first == Ramp(100.0, 1.0)
+    assert started_ramp(policy, first, 112.0, ago=12.0) == first
+    assert started_ramp(policy, Ramp(105.0, 4.0), 110.0, ago=10.0) == Ramp(105.0, 1.0)
+
+
 @given(rates, st.integers(min_value=1, max_value=200))
 def test_turns_are_spaced_by_the_rate(rate: float, count: int) -> None:
     """GCRA: ``count`` turns reserved at once start one interval apart."""

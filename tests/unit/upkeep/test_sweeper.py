@@ -271,7 +271,7 @@ def test_a_sweep_runs_every_step_and_says_what_each_touched(
     delivery(message(), FAILED, finished_at=ago(60), failed_signal_pending=True)
     Heartbeat.objects.create(name="gone:1:0", beat_at=ago(2 * LONG_AGO))
     Heartbeat.objects.create(name="alive:1:0", beat_at=ago(1))
-    HostPause.objects.create(name="ended.example", until=ago(1))
+    HostPause.objects.create(name="ended.example", until=ago(61))  # a slow start ago
     HostPause.objects.create(name="paused.example")
 
     with caplog.at_level(logging.INFO, logger="django_outbox.sweeper"):

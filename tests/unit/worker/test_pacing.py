@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from django_outbox.breakers import MemoryBreakerStore
 from django_outbox.breakers.configured import configured_rate_store, rate_policy
@@ -110,3 +112,18 @@ def test_rates_are_off_only_without_rates_nor_slow_start(
 ) -> None:
     with override_settings(**settings):
         assert (configured_rate_store() is not None) is on
+
+
+@override_settings(OUTBOX_HOST_RATES={"h.example": 16.0}, OUTBOX_SLOW_START_SECONDS=60)
+def test_a_pause_that_ended_starts_its_host_from_the_floor_as_of_its_end() -> None:
+    """Ended 30 s ago: 4/s, the middle of 1/s to 16/s; ended 2 minutes ago: over, no ramp."""
+    rates = MemoryRateStore()
+    now = timezone.now()
+    pacing.start_after_pauses(
+        rates, {"H.example": now - timedelta(seconds=30), "o.example": now - timedelta(minutes=2)}
+    )
+    ask = RateRequest("h.example", rate_policy("h.example"), 10.0)
+    first, second = rates.take_many([ask, ask])
+    assert second.wait - first.wait == pytest.approx(0.25, abs=0.01)
+    assert set(rates._hosts) == {"h.example"}
+    pacing.start_after_pauses(None, {"h.example": now})  # rates off: nothing to start
