@@ -123,6 +123,8 @@ else:
     for sub in ("in", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    # kombu's filesystem transport, but each message appears whole (see broker_files).
+    CELERY_BROKER_TRANSPORT = "testproject.broker_files:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "in"),
         "data_folder_out": str(BROKER_DIR / "in"),
