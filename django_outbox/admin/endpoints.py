@@ -29,13 +29,18 @@ from django_outbox.models import Endpoint
 from django_outbox.status.text import seconds
 
 
+def endpoints_named(urls: list[str]) -> str:
+    """``urls`` as a message names them: the one URL, or how many endpoints."""
+    return urls[0] if len(urls) == 1 else f"{len(urls):,} endpoints"
+
+
 def enabled_text(urls: list[str], disabled: int) -> str:
     """What enabling the endpoints ``urls`` did, of which ``disabled`` were disabled."""
+    what = endpoints_named(urls)
     if len(urls) == 1:
-        what = urls[0]
         was = "it was disabled" if disabled else "it was not disabled"
     else:
-        what, was = f"{len(urls):,} endpoints", f"{disabled:,} of them were disabled"
+        was = f"{disabled:,} of them were disabled"
     text = (
         f"Enabled {what} ({was}): failure days forgotten; new deliveries are sent "
         f"(workers see it within {seconds(conf.HOSTS_REFRESH)})."
@@ -90,7 +95,7 @@ class EndpointAdmin(ReadOnlyAdmin):
         urls = [url for _, url in rows]
         text = enabled_text(urls, enable_endpoints(urls))
         messages.success(request, text)
-        what = urls[0] if len(urls) == 1 else f"{len(urls):,} endpoints"
+        what = endpoints_named(urls)
         log(request, Endpoint, rows[0][0] if len(rows) == 1 else None, f"enable {what}", text)
 
     def get_urls(self) -> list[URLPattern]:

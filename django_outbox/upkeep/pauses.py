@@ -45,6 +45,8 @@ REFRESH = 2.0
 RECHECK = 300.0
 #: Seconds over which the deliveries a pause held come due when it ends, each at random.
 RELEASE_SPREAD = 10.0
+#: Steps (seconds) of the countdowns of a resumed pause's deliveries: a message a step.
+SPREAD_STEP = 0.5
 
 #: Every pause as last read (ended ones too), by host, and when read (monotonic).
 _cached: tuple[dict[str, Pause], float] = ({}, 0.0)
@@ -121,10 +123,6 @@ def resume_host(host: str) -> int:
         transaction.on_commit(lambda: _publish_spread(lanes), robust=True)
     forget_cached()
     return sum(len(ids) for ids in lanes.values())
-
-
-#: Steps (seconds) of the countdowns of a resumed pause's deliveries: a message a step.
-SPREAD_STEP = 0.5
 
 
 def _publish_spread(lanes: Lanes) -> None:
