@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -322,9 +323,18 @@ def _fast_url(max_length: int, host: str) -> str:
     )
 
 
+#: Whether this Python's ``re`` matches possessive quantifiers rightly: before 3.11.5
+#: some match where the greedy ones would not (CPython gh-106052, gh-100061; Debian 12
+#: has 3.11.2), and there the fast path takes nothing: every URL gets the full checks.
+FAST_PATH_ON = sys.version_info >= (3, 11, 5)
+
+
 @lru_cache(maxsize=8)
 def _fast_patterns(max_length: int) -> tuple[re.Pattern[str], re.Pattern[str]]:
     """The fast path for one URL (host captured) and for URLs joined by newlines."""
+    if not FAST_PATH_ON:
+        never = re.compile(r"(?!)")
+        return never, never
     url = _fast_url(max_length, "?:")
     return (
         re.compile(_fast_url(max_length, "?P<host>"), re.ASCII),

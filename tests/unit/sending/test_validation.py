@@ -18,6 +18,7 @@ import pytest
 
 from django_outbox.exceptions import InvalidInbox
 from django_outbox.sending.validation import clean_inboxes
+from django_outbox.transport import target
 from django_outbox.transport.addresses import parse_networks
 from django_outbox.transport.target import inbox_host, parse_target, well_formed_lines
 
@@ -216,6 +217,7 @@ def test_tricky_urls_get_the_full_checks_verdict(url: str) -> None:
     assert_agree(url)
 
 
+@pytest.mark.skipif(not target.FAST_PATH_ON, reason="this Python's re: no fast path")
 def test_the_fast_path_takes_the_common_urls() -> None:
     accepted = [u for u in TRICKY if well_formed_lines(u)]
     assert GOOD in accepted
@@ -226,6 +228,25 @@ def test_the_fast_path_takes_the_common_urls() -> None:
     assert "https://[::1]:8080/inbox" not in accepted  # canonical, but left to the parser
     assert inbox_host("https://[FE80::A:1]:8080/x") == "fe80::a:1"
     assert inbox_host("HTTPS://Mastodon.Example/inbox") == "mastodon.example"
+
+
+def test_without_the_fast_path_every_url_gets_the_full_checks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As on a Python whose ``re`` gets possessive quantifiers wrong (before 3.11.5):
+    nothing is taken by the fast path, and every verdict is still the full checks'."""
+    monkeypatch.setattr(target, "FAST_PATH_ON", False)
+    target._fast_patterns.cache_clear()
+    try:
+        assert not well_formed_lines(GOOD)
+        assert target.canonical_host(GOOD) is None
+        assert inbox_host("HTTPS://Mastodon.Example/inbox") == "mastodon.example"
+        for url in TRICKY:
+            assert_agree(url)
+        with pytest.raises(InvalidInbox, match="empty port"):
+            clean(["https://a.example:/inbox"])
+    finally:
+        target._fast_patterns.cache_clear()
 
 
 def test_inboxes_are_stored_in_canonical_form_and_spellings_are_one_inbox() -> None:
