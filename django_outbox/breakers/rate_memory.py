@@ -12,12 +12,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 
+from django_outbox.breakers.ramp_shares import RampShares
 from django_outbox.breakers.rates import (
     Ramp,
     RatePolicy,
     RateRequest,
     Turn,
     ramp_over,
+    ramp_share,
     started_ramp,
     take,
     throttled_ramp,
@@ -35,6 +37,7 @@ class MemoryRateStore:
         self._lock = threading.Lock()
         # host: (next free time, ramp), ordered by last use, oldest first.
         self._hosts: OrderedDict[str, tuple[float, Ramp | None]] = OrderedDict()
+        self._shares = RampShares(self._max_hosts, clock)
 
     def take_many(self, requests: Sequence[RateRequest]) -> list[Turn]:
         """See :meth:`RateStore.take_many`."""
@@ -66,11 +69,16 @@ class MemoryRateStore:
             tat, ramp = self._hosts.get(host, (now, None))
             self._keep(host, policy, tat, started_ramp(policy, ramp, now, ago), now)
 
+    def ramp_share(self, host: str) -> float:
+        """See :meth:`RateStore.ramp_share`."""
+        return self._shares.share(host)
+
     def _keep(
         self, host: str, policy: RatePolicy, tat: float, ramp: Ramp | None, now: float
     ) -> None:
         """Store ``host``'s state, or forget it when it no longer holds anything back."""
         ramp = None if ramp_over(policy, ramp, now) else ramp
+        self._shares.learnt(host, ramp_share(policy, ramp, now), policy.slow_start)
         if ramp is None and tat <= now:
             self._hosts.pop(host, None)
         else:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from django_outbox.breakers.ramp_shares import RampShares
 from django_outbox.breakers.rate_scripts import NOTE_LUA, TAKE_LUA
 from django_outbox.breakers.rates import NOW, RatePolicy, RateRequest, Turn
 from django_outbox.breakers.redis_store import _pipelined, _warnings, cache_client
@@ -48,6 +49,7 @@ class RedisRateStore:
         self.prefix = prefix
         self._error_pause = error_pause
         self._free: dict[str, float] = {}
+        self._shares = RampShares()
         self._retry_at = 0.0
         self._lock = threading.Lock()
         self._scripts: tuple[Script, Script] | None = None
@@ -63,9 +65,10 @@ class RedisRateStore:
             if reply is None:
                 turns.append(NOW)
                 continue
-            reserved, wait, limited = (int(value) for value in reply)
+            reserved, wait, limited, share = (int(value) for value in reply)
             if not limited and request.policy.rate is None:
                 self._set_free(request.host)
+            self._shares.learnt(request.host, share / 1000, request.policy.slow_start)
             turns.append(Turn(bool(reserved), wait / 1000))
         return turns
 
@@ -75,13 +78,22 @@ class RedisRateStore:
 
     def throttled(self, host: str, policy: RatePolicy, hold: float) -> None:
         """See :meth:`RateStore.throttled`."""
-        self._free.pop(host, None)
-        self._run(1, [(host, (*_policy_args(policy), "slow", repr(hold * 1000)))])
+        self._note(host, policy, "slow", hold)
 
     def started(self, host: str, policy: RatePolicy, ago: float = 0.0) -> None:
         """See :meth:`RateStore.started`."""
+        self._note(host, policy, "start", ago)
+
+    def ramp_share(self, host: str) -> float:
+        """See :meth:`RateStore.ramp_share`: as the last script run for ``host`` said."""
+        return self._shares.share(host)
+
+    def _note(self, host: str, policy: RatePolicy, kind: str, seconds: float) -> None:
+        """Run the note script (``kind`` 'slow' or 'start'); learn the ramp it leaves."""
         self._free.pop(host, None)
-        self._run(1, [(host, (*_policy_args(policy), "start", repr(ago * 1000)))])
+        (share,) = self._run(1, [(host, (*_policy_args(policy), kind, repr(seconds * 1000)))])
+        if share is not None:
+            self._shares.learnt(host, int(share) / 1000, policy.slow_start)
 
     def _set_free(self, host: str) -> None:
         now = time.monotonic()

@@ -28,6 +28,10 @@ local function rate_at(x)
   if rate <= ramp_from then return rate end
   return ramp_from * (rate / ramp_from) ^ share
 end
+local function share_now()
+  if not ramp_at or span <= 0 then return 1000 end
+  return math.floor((now - ramp_at) * 1000 / span)
+end
 local function keep()
   if not ramp_at and tat <= now then
     redis.call('DEL', KEYS[1])
@@ -47,7 +51,7 @@ end
 """
 
 # ARGV[4]: how far away (ms) a turn may be reserved.  Returns {1 reserved or 0, the wait
-# (ms), 1 if the host is limited or ramping or 0}.
+# (ms), 1 if the host is limited or ramping or 0, the ramp's share done now in 1/1000}.
 TAKE_LUA = (
     _PROLOGUE
     + """
@@ -65,12 +69,13 @@ end
 keep()
 local limited = 0
 if rate or ramp_at then limited = 1 end
-return {reserved, math.ceil(at - now), limited}
+return {reserved, math.ceil(at - now), limited, share_now()}
 """
 )
 
 # ARGV[4]: 'slow' (a throttle) or 'start' (a breaker closed or a pause ended); ARGV[5]:
-# the hold (ms), or how long ago (ms) the slow start began.
+# the hold (ms), or how long ago (ms) the slow start began.  Returns the ramp's share
+# done now in 1/1000.
 NOTE_LUA = (
     _PROLOGUE
     + """
@@ -85,6 +90,6 @@ else
   ramp_at, ramp_from = math.max(began, ramp_at or began), floor
 end
 keep()
-return 1
+return share_now()
 """
 )

@@ -13,6 +13,8 @@ Either way the rate then grows by a constant factor per second (:func:`rate_at`)
 reaches the steady rate after ``slow_start`` seconds; a host without a steady rate
 doubles :data:`UNLIMITED_DOUBLINGS` times over that span, and then has no limit again.
 A ramp's start is ``(at, start)``: when it begins (the end of the hold) and its rate then.
+How much of it is done (:func:`ramp_share`) also ramps the host's concurrency in each
+worker process (:func:`django_outbox.worker.pacing.host_cap`).
 
 Requests are spaced as GCRA does (a "theoretical arrival time" per host, pushed by one
 interval at the current rate per request): :meth:`RateStore.take_many` answers each
@@ -81,6 +83,14 @@ def rate_at(policy: RatePolicy, ramp: Ramp | None, now: float) -> float | None:
 def ramp_over(policy: RatePolicy, ramp: Ramp | None, now: float) -> bool:
     """Whether ``ramp`` no longer changes anything at ``now`` (and may be forgotten)."""
     return ramp is None or now - ramp.at >= policy.slow_start
+
+
+def ramp_share(policy: RatePolicy, ramp: Ramp | None, now: float) -> float:
+    """How much of ``ramp`` is done at ``now``: 0.0 as it begins, below 0 while the
+    host is held before it, 1.0 once over (and with no ramp or no slow start)."""
+    if ramp is None or policy.slow_start <= 0:
+        return 1.0
+    return min(1.0, (now - ramp.at) / policy.slow_start)
 
 
 def slowed(policy: RatePolicy, current: float | None) -> float:
@@ -165,6 +175,11 @@ class RateStore(Protocol):
     def started(self, host: str, policy: RatePolicy, ago: float = 0.0) -> None:
         """``host``'s breaker closed, or its pause ended, ``ago`` seconds ago: its rate
         starts again from the floor, as of then (see :func:`started_ramp`)."""
+        ...
+
+    def ramp_share(self, host: str) -> float:
+        """How much of ``host``'s ramp is done now (:func:`ramp_share`), as this process
+        last learnt it from the store; 1.0 for a host it knows no ramp of.  No I/O."""
         ...
 
 

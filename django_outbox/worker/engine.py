@@ -3,8 +3,10 @@
 A Celery task only claims rows and hands them to the process's :class:`Engine`:
 an event loop in a thread of its own that keeps up to ``OUTBOX_CONCURRENCY``
 deliveries in flight, at most ``OUTBOX_PER_HOST`` to one host (a job the caller
-puts in no host's line, one whose extension ticket is urgent, is not held by that cap).
-A delivery whose host is at its cap waits in that host's line, and one under way for
+puts in no host's line, one whose extension ticket is urgent, is not held by that cap),
+fewer while the host ramps up after its breaker closed or its pause ended.
+A delivery whose host is at its cap waits in that host's line
+(:mod:`~django_outbox.worker.host_lines`), and one under way for
 :data:`SLOW_AFTER` seconds stops counting against the concurrency (up to
 ``max_in_flight`` in all), so slow or silent servers take their own slots and no
 others.  Priority-lane deliveries are started before any other that waits, go to
@@ -32,11 +34,12 @@ import contextlib
 import logging
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
+
+from django_outbox.worker.host_lines import HostLines
 
 logger = logging.getLogger("django_outbox.engine")
 
@@ -53,17 +56,13 @@ _STUCK_PARKED = 4
 _CANCEL_WAIT = 1.0
 
 
-@dataclass
-class _HostLine(Generic[J]):
-    in_flight: int = 0
-    waiting: deque[J] = field(default_factory=deque)
-
-
 class Engine(Generic[J]):
     """Runs ``await work(job)`` for submitted jobs on its own event loop.
 
     ``host_of`` names a job's host (None: a job in no host's line, which no host cap
-    holds back) and ``urgent`` says whether it jumps the line.
+    holds back) and ``urgent`` says whether it jumps the line; ``host_cap`` (if given)
+    says how many of a host's jobs may run now, at most ``per_host``, and is asked
+    again every :data:`_WATCH_EVERY` seconds for hosts held below it.
     ``submit`` refuses nothing but when stopping; callers keep to :meth:`room`: at
     most ``backlog`` jobs (one per unit of concurrency unless given) ready to start
     and ``parked`` (four per unit) waiting in the lines of hosts at their cap, which
@@ -85,6 +84,7 @@ class Engine(Generic[J]):
         urgent: Callable[[J], bool],
         concurrency: int,
         per_host: int,
+        host_cap: Callable[[str], int] | None = None,
         backlog: int | None = None,
         parked: int | None = None,
         max_in_flight: int | None = None,
@@ -96,7 +96,6 @@ class Engine(Generic[J]):
         self._host_of = host_of
         self._urgent = urgent
         self._concurrency = max(1, concurrency)
-        self._per_host = max(1, per_host)
         self._backlog = backlog if backlog is not None else self._concurrency
         self._parked_cap = parked if parked is not None else 4 * self._concurrency
         self._max_in_flight = max(self._concurrency, max_in_flight or 4 * self._concurrency)
@@ -107,9 +106,8 @@ class Engine(Generic[J]):
         self._room_made = threading.Condition(self._lock)
         self._settled = threading.Condition(self._lock)
         self._runnable: tuple[deque[J], deque[J]] = (deque(), deque())
-        self._hosts: dict[str, _HostLine[J]] = defaultdict(_HostLine)
+        self._lines: HostLines[J] = HostLines(per_host, host_cap, urgent)
         self._waiting = 0  # ready to start or parked in a host's line
-        self._parked = 0
         self._active: dict[int, tuple[J, float, asyncio.Task[None]]] = {}
         self._slow = 0  # running for more than slow_after, urgent ones aside
         self._stuck = 0  # parked behind hosts whose running jobs are all slow
@@ -203,24 +201,17 @@ class Engine(Generic[J]):
             del self._active[id(job)]
             self._urgent_running -= not lane
             host = self._host_of(job)
-            if host is not None:
-                self._leave_line(host)
+            following = None if host is None else self._lines.leave(host)
+            if following is not None:
+                self._ready(following)
             if not self._active and not self._waiting:
                 self._settled.notify_all()
             self._wake(but=lane)
         self._pump(lane)
 
-    def _leave_line(self, host: str) -> None:
-        """A job of ``host``'s line ended: the next one waiting there starts (lock held)."""
-        line = self._hosts[host]
-        if line.waiting:
-            following = line.waiting.popleft()
-            self._parked -= 1
-            self._runnable[0 if self._urgent(following) else 1].append(following)
-        else:
-            line.in_flight -= 1
-            if line.in_flight == 0:
-                del self._hosts[host]
+    def _ready(self, job: J) -> None:
+        """``job`` may start: in line for its loop (lock held)."""
+        self._runnable[0 if self._urgent(job) else 1].append(job)
 
     def _watch(self) -> None:
         """Count slow jobs now and then; a job turning slow frees a slot for another."""
@@ -234,12 +225,15 @@ class Engine(Generic[J]):
                 if started < since and not self._urgent(job)
             )
             grew, self._slow = slow > self._slow, slow
-            if grew:
+            widened = self._lines.widen()
+            for job in widened:
+                self._ready(job)
+            if grew or widened:
                 self._wake(but=1)
             stuck, self._stuck = self._stuck, self._parked_behind_slow(since)
-            if self._stuck > stuck:
+            if self._stuck > stuck or widened:
                 self._room_made.notify_all()
-        if grew:
+        if grew or widened:
             self._pump(1)
 
     def _parked_behind_slow(self, since: float) -> int:
@@ -250,7 +244,7 @@ class Engine(Generic[J]):
         fresh: set[str | None] = set()
         for job, started, _ in self._active.values():
             (slow if started < since else fresh).add(self._host_of(job))
-        return sum(len(self._hosts[host].waiting) for host in slow - fresh if host in self._hosts)
+        return self._lines.waiting_behind(slow - fresh)
 
     # -- from any thread -------------------------------------------------------------
 
@@ -260,9 +254,9 @@ class Engine(Generic[J]):
             return self._room()
 
     def _room(self) -> int:
-        ready = self._waiting - self._parked
-        parked = max(0, self._parked - self._stuck)
-        total = _STUCK_PARKED * self._parked_cap - self._parked
+        ready = self._waiting - self._lines.parked
+        parked = max(0, self._lines.parked - self._stuck)
+        total = _STUCK_PARKED * self._parked_cap - self._lines.parked
         return max(0, min(self._backlog - ready, self._parked_cap - parked, total))
 
     def wait_for_room(self, timeout: float, at_least: int = 1) -> bool:
@@ -292,31 +286,17 @@ class Engine(Generic[J]):
         """Put ``job`` in line: ready at once, or parked behind its host's cap."""
         host = self._host_of(job)
         self._waiting += 1
-        if host is None:
-            self._runnable[0 if self._urgent(job) else 1].append(job)
-            return
-        line = self._hosts[host]
-        if line.in_flight < self._per_host:
-            line.in_flight += 1
-            self._runnable[0 if self._urgent(job) else 1].append(job)
-            return
-        self._parked += 1
-        if self._urgent(job):
-            line.waiting.appendleft(job)
-        else:
-            line.waiting.append(job)
+        if host is None or self._lines.join(host, job):
+            self._ready(job)
 
     def stop(self) -> list[J]:
         """Start nothing more; return the jobs that never started, for the caller to give back."""
         with self._lock:
             self._stopping = True
-            unstarted = [*self._runnable[0], *self._runnable[1]]
-            for line in self._hosts.values():
-                unstarted.extend(line.waiting)
-                line.waiting.clear()
+            unstarted = [*self._runnable[0], *self._runnable[1], *self._lines.clear()]
             self._runnable[0].clear()
             self._runnable[1].clear()
-            self._waiting = self._parked = 0
+            self._waiting = 0
             self._room_made.notify_all()
             self._settled.notify_all()
         return unstarted

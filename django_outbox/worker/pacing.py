@@ -9,7 +9,9 @@ the delivery is held (given back, no attempt spent) until about then, spread ove
 to one more reservation window so that those given back together do not come back
 together.  After the attempt, a ``429`` (or a ``503`` with ``Retry-After``) slows the
 host down, and a breaker's probe that succeeded starts it slowly; so does the end of
-the host's pause, which a worker process reads when it prepares a claim.
+the host's pause, which a worker process reads when it prepares a claim.  While the
+host ramps, so does how many of its deliveries a process has under way at once
+(:func:`host_cap`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from django.utils import timezone
@@ -45,6 +47,21 @@ async def wait_turn(rates: RateStore, host: str, send_by: float) -> float | None
     if turn.wait > 0:
         await asyncio.sleep(turn.wait)
     return None
+
+
+def host_cap(per_host: int, share: float) -> int:
+    """How many deliveries to one host a process may have under way when ``share`` of
+    its ramp is done: from one (as its breaker's probe) to ``per_host``, growing by a
+    constant factor per second as its rate does."""
+    return max(1, int(per_host ** min(1.0, max(0.0, share))))
+
+
+def ramped_caps(rates: RateStore | None, per_host: int) -> Callable[[str], int] | None:
+    """The engine's ``host_cap``: :func:`host_cap` at the share of its ramp ``rates``
+    last told this process of (``None`` when no host is spaced: ``per_host`` always)."""
+    if rates is None:
+        return None
+    return lambda host: host_cap(per_host, rates.ramp_share(host.lower()))
 
 
 def slow_down_for(status: int | None, retry_after: float | None, throttle: float) -> float:

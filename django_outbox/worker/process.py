@@ -113,6 +113,7 @@ class WorkerProcess:
             urgent=lambda job: job.urgent or job.row.lane == Lane.PRIORITY,
             concurrency=conf.CONCURRENCY,
             per_host=conf.PER_HOST,
+            host_cap=pacing.ramped_caps(self.rates, conf.PER_HOST),
             max_in_flight=conf.MAX_IN_FLIGHT,
             on_turn=lambda lane: loops[lane].tick(),
             new_loop=loop_factory(conf.EVENT_LOOP),

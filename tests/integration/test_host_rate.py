@@ -41,6 +41,17 @@ def most_in_window(times: Sequence[float], width: float) -> int:
     return most
 
 
+def most_at_once(arrivals: Sequence[float], answer: float) -> int:
+    """The most requests under way together at a host that answers each ``answer``
+    seconds after it arrived (one ending as another arrives is not together)."""
+    events = sorted([(t, 1) for t in arrivals] + [(t + answer, -1) for t in arrivals])
+    most = now = 0
+    for _, change in events:
+        now += change
+        most = max(most, now)
+    return most
+
+
 def two_workers(make_worker: Callable[..., Worker], **settings: object) -> None:
     """Two worker processes with ``settings``."""
     for _ in range(2):
@@ -138,3 +149,38 @@ def test_after_a_pause_ends_the_host_starts_slowly(
     times = sorted(round(r.received_at - first, 1) for r in inbox_server.requests("/paused"))
     print(f"after a pause: {early} requests in the first 10 s, all {count} by {times[-1]} s")
     assert early <= 40, times
+
+
+def test_after_a_breaker_closes_a_slow_host_gets_one_request_at_a_time_at_first(
+    make_worker: Callable[..., Worker], inbox_server: InboxServer
+) -> None:
+    """A host that answers in 3 s, with ``OUTBOX_PER_HOST`` = 8: its rate alone (1/s
+    doubling every 5 s) would let 8 requests be under way within 10 s of its breaker
+    closing; its concurrency ramps too, from one, so in those 10 s the worker process
+    has at most one there (two for the moment the breaker closes while another
+    delivery is admitted), and after the 40 s slow start it has 6 to 8 at once.  The
+    time budget and lease are the defaults' shape, long enough for 3 s answers."""
+    make_worker(
+        concurrency=1,
+        OUTBOX_PER_HOST=8,
+        OUTBOX_BREAKER_COOL_OFF=5.0,
+        OUTBOX_SLOW_START_SECONDS=40.0,
+        OUTBOX_TOTAL_TIMEOUT=10,
+        OUTBOX_LEASE_SECONDS=120,
+    )
+    inbox_server.behave("/slow", Behaviour(statuses=(500,)))
+    send(inbox_server, "/slow", 150)
+    wait_for(lambda: len(inbox_server.requests("/slow")) >= 10, 30)
+    inbox_server.behave("/slow", Behaviour(statuses=(202,), delay=3.0))
+    wait_for(lambda: any(r.status == 202 for r in inbox_server.requests("/slow")), 60)
+    closed = min(r.received_at for r in inbox_server.requests("/slow") if r.status == 202) + 3
+    time.sleep(max(0.0, closed + 55.0 - time.time()))
+    arrivals = [r.received_at for r in inbox_server.requests("/slow") if r.status == 202]
+    early = most_at_once([t for t in arrivals if t < closed + 10], 3.0)
+    late = most_at_once([t for t in arrivals if closed + 40 <= t < closed + 55], 3.0)
+    print(
+        f"slow host after its breaker closed: {early} at once in the first 10 s, {late} "
+        f"40-55 s later; {len(arrivals)} requests"
+    )
+    assert early <= 2, sorted(round(t - closed, 1) for t in arrivals)
+    assert late >= 6, sorted(round(t - closed, 1) for t in arrivals)

@@ -58,6 +58,22 @@ def test_a_slow_start_begun_ago_is_that_far_along(store: RedisRateStore) -> None
     assert second.wait - first.wait == pytest.approx(0.25, abs=0.01)
 
 
+def test_every_process_learns_how_far_along_a_ramp_is_from_its_answers(
+    store: RedisRateStore,
+) -> None:
+    """The process that started the ramp knows its share at once; another learns it
+    with its first turn there, and reads it later without asking Redis again."""
+    policy = RatePolicy(None, 1.0, 60.0)
+    store.started("a.example", policy, ago=15.0)
+    assert store.ramp_share("a.example") == pytest.approx(0.25, abs=0.01)
+    other = RedisRateStore(store._client_factory, prefix=store.prefix)
+    assert other.ramp_share("a.example") == 1.0
+    other.take_many([RateRequest("a.example", policy, 5.0)])
+    assert other.ramp_share("a.example") == pytest.approx(0.25, abs=0.01)
+    store.throttled("b.example", policy, 30.0)
+    assert store.ramp_share("b.example") == 0.0  # held: as the probe, one at a time
+
+
 def test_a_free_host_is_not_asked_again_and_leaves_no_key(
     store: RedisRateStore, redis_url: str
 ) -> None:

@@ -20,6 +20,7 @@ from django_outbox.upkeep import recovery_pass
 from django_outbox.worker import recorder
 from django_outbox.worker.process import stop_this_process
 from tests.support.broker import RecordingApp
+from tests.support.clocks import FakeClock
 from tests.support.observability import memory_only
 
 
@@ -34,19 +35,6 @@ def broker(monkeypatch: pytest.MonkeyPatch) -> RecordingApp:
 @pytest.fixture(autouse=True)
 def _no_broker(broker: RecordingApp) -> None:
     """Every unit test publishes to the recorder, never to a real broker."""
-
-
-class FakeClock:
-    """A monotonic clock that a test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @pytest.fixture(autouse=True)

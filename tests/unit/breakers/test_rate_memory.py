@@ -4,20 +4,11 @@ from __future__ import annotations
 
 from django_outbox.breakers.rate_memory import MemoryRateStore
 from django_outbox.breakers.rates import RatePolicy, RateRequest
-
-
-class Clock:
-    """A clock the test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clocks import FakeClock
 
 
 def test_turns_are_reserved_within_reach_and_given_back_beyond() -> None:
-    clock = Clock()
+    clock = FakeClock()
     store = MemoryRateStore(clock=clock)
     ask = RateRequest("a.example", RatePolicy(2.0), 1.0)
     turns = store.take_many([ask, ask, ask, ask])
@@ -32,14 +23,14 @@ def test_turns_are_reserved_within_reach_and_given_back_beyond() -> None:
 
 
 def test_a_host_without_limit_is_forgotten_and_always_free() -> None:
-    store = MemoryRateStore(clock=Clock())
+    store = MemoryRateStore(clock=FakeClock())
     ask = RateRequest("free.example", RatePolicy(None), 5.0)
     assert [t.wait for t in store.take_many([ask] * 50)] == [0.0] * 50
     assert not store._hosts
 
 
 def test_a_throttle_holds_the_host_then_slows_it_down() -> None:
-    clock = Clock()
+    clock = FakeClock()
     store = MemoryRateStore(clock=clock)
     policy = RatePolicy(8.0, 1.0, 60.0)
     store.throttled("a.example", policy, 5.0)
@@ -52,7 +43,7 @@ def test_a_throttle_holds_the_host_then_slows_it_down() -> None:
 
 
 def test_a_closed_breaker_starts_from_the_floor_and_ramps_up() -> None:
-    clock = Clock()
+    clock = FakeClock()
     store = MemoryRateStore(clock=clock)
     policy = RatePolicy(16.0, 1.0, 60.0)
     store.started("a.example", policy)
@@ -63,7 +54,7 @@ def test_a_closed_breaker_starts_from_the_floor_and_ramps_up() -> None:
 
 
 def test_memory_stays_bounded() -> None:
-    store = MemoryRateStore(max_hosts=3, clock=Clock())
+    store = MemoryRateStore(max_hosts=3, clock=FakeClock())
     for n in range(10):
         store.take_now(RateRequest(f"h{n}.example", RatePolicy(1.0), 1.0))
         store.take_now(RateRequest(f"h{n}.example", RatePolicy(1.0), 1.0))
@@ -72,9 +63,23 @@ def test_memory_stays_bounded() -> None:
 
 def test_a_slow_start_begun_ago_is_that_far_along() -> None:
     """30 s into a 60 s ramp from 1/s to 16/s, the rate is 4/s (the geometric middle)."""
-    clock = Clock()
+    clock = FakeClock()
     store = MemoryRateStore(clock=clock)
     policy = RatePolicy(16.0, 1.0, 60.0)
     store.started("a.example", policy, ago=30.0)
     ask = RateRequest("a.example", policy, 100.0)
     assert [t.wait for t in store.take_many([ask, ask])] == [0.0, 0.25]
+
+
+def test_the_store_tells_how_far_along_a_host_s_ramp_is() -> None:
+    clock = FakeClock()
+    store = MemoryRateStore(clock=clock)
+    policy = RatePolicy(None, 1.0, 60.0)
+    assert store.ramp_share("a.example") == 1.0
+    store.started("a.example", policy, ago=15.0)
+    assert store.ramp_share("a.example") == 0.25
+    store.throttled("b.example", policy, 6.0)
+    assert store.ramp_share("b.example") == 0.0  # held
+    clock.now += 36.0
+    assert store.ramp_share("b.example") == 0.5
+    assert store.ramp_share("a.example") == 0.85

@@ -12,8 +12,8 @@ from django_outbox.broker.backlog import Backlog, Sent
 from django_outbox.broker.lost import PUBLISH_SLACK, Frontier, LaneWatch, frontiers_of, take_lost
 from django_outbox.models import Delivery, DeliveryState, Lane
 from tests.support.broker import RecordingApp
+from tests.support.clocks import FakeClock
 from tests.support.rows import ago, delivery, message
-from tests.unit.conftest import FakeClock
 
 pytestmark = pytest.mark.django_db
 

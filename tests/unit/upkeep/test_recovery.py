@@ -17,8 +17,8 @@ from django_outbox.signals import delivery_failed
 from django_outbox.store import give_ups, heartbeats
 from django_outbox.upkeep import operations, recovery_pass
 from tests.support.broker import MemoryBroker
+from tests.support.clocks import FakeClock
 from tests.support.rows import ago, delivery, hence, message
-from tests.unit.conftest import FakeClock
 
 pytestmark = pytest.mark.django_db
 

@@ -368,3 +368,19 @@ def test_work_submitted_with_urgent_jobs_starts_once_they_have() -> None:
             task.hold.set()
         assert engine.wait_idle(5)
         engine.stop()
+
+
+def test_a_ramping_host_s_cap_holds_its_jobs_back_until_it_grows() -> None:
+    """Held to 1 of its 4, the host runs one job; its cap growing to 3 starts two more
+    without any job ending (the engine looks again every turn of its watch)."""
+    started: list[Task] = []
+    caps = {"h": 1}
+    engine = holding(started, concurrency=8, per_host=4, host_cap=caps.__getitem__)
+    tasks = [Task("h") for _ in range(4)]
+    engine.submit(tasks)
+    assert eventually(lambda: len(started) == 1) and not eventually(lambda: len(started) > 1, 0.6)
+    caps["h"] = 3
+    assert eventually(lambda: len(started) == 3) and not eventually(lambda: len(started) > 3, 0.6)
+    for task in tasks:
+        task.hold.set()
+    assert engine.wait_idle(5) and len(started) == 4

@@ -20,6 +20,7 @@ from django_outbox.values.outcomes import AttemptResult, Outcome
 from django_outbox.worker import pacing
 from django_outbox.worker.attempt import perform
 from testproject.inbox_servers import Behaviour, InboxServer
+from tests.support.clocks import FakeClock
 from tests.unit.worker.test_attempt import jobs
 
 
@@ -127,3 +128,22 @@ def test_a_pause_that_ended_starts_its_host_from_the_floor_as_of_its_end() -> No
     assert second.wait - first.wait == pytest.approx(0.25, abs=0.01)
     assert set(rates._hosts) == {"h.example"}
     pacing.start_after_pauses(None, {"h.example": now})  # rates off: nothing to start
+
+
+def test_a_host_s_concurrency_ramps_from_one_to_per_host_by_a_constant_factor() -> None:
+    shares = (-0.5, 0.0, 0.33, 0.34, 0.5, 0.9, 1.0)
+    assert [pacing.host_cap(8, share) for share in shares] == [1, 1, 1, 2, 2, 6, 8]
+    assert pacing.host_cap(1, 0.0) == pacing.host_cap(1, 1.0) == 1
+
+
+def test_the_engine_s_host_caps_follow_the_ramps_the_rate_store_told_of() -> None:
+    clock = FakeClock()
+    rates = MemoryRateStore(clock=clock)
+    caps = pacing.ramped_caps(rates, 8)
+    assert caps is not None and pacing.ramped_caps(None, 8) is None
+    rates.started("h.example", RatePolicy(None, 1.0, 60.0))
+    assert (caps("H.example"), caps("other.example")) == (1, 8)
+    clock.now += 30.0
+    assert caps("h.example") == 2
+    clock.now += 30.0
+    assert caps("h.example") == 8
