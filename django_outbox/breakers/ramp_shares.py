@@ -10,7 +10,6 @@ dictionary look-up and no I/O.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -23,14 +22,17 @@ class _Learnt(NamedTuple):
 
 
 class RampShares:
-    """Hosts' ramp shares learnt at ``clock`` times; at most ``max_hosts`` kept."""
+    """Hosts' ramp shares learnt at ``clock`` times; at most ``max_hosts`` kept.
+
+    Safe from many threads without a lock: it is a cache, and two threads that
+    write it at once lose at most an entry, learnt again at the host's next turn.
+    """
 
     def __init__(
-        self, max_hosts: int = 10_000, clock: Callable[[], float] = time.monotonic
+        self, clock: Callable[[], float] = time.monotonic, max_hosts: int = 10_000
     ) -> None:
-        self._max_hosts = max(1, max_hosts)
         self._clock = clock
-        self._lock = threading.Lock()
+        self._max_hosts = max(1, max_hosts)
         self._hosts: dict[str, _Learnt] = {}
 
     def learnt(self, host: str, share: float, span: float) -> None:
@@ -39,14 +41,12 @@ class RampShares:
             self._hosts.pop(host, None)
             return
         now = self._clock()
-        with self._lock:
-            if host not in self._hosts and len(self._hosts) >= self._max_hosts:
-                self._hosts = {
-                    h: seen for h, seen in self._hosts.items() if _grown(seen, now) < 1.0
-                }
-                if len(self._hosts) >= self._max_hosts:
-                    self._hosts.pop(next(iter(self._hosts)))
-            self._hosts[host] = _Learnt(now, share, span)
+        if host not in self._hosts and len(self._hosts) >= self._max_hosts:
+            kept = {h: seen for h, seen in list(self._hosts.items()) if _grown(seen, now) < 1.0}
+            if len(kept) >= self._max_hosts:
+                kept.pop(next(iter(kept)))
+            self._hosts = kept
+        self._hosts[host] = _Learnt(now, share, span)
 
     def share(self, host: str) -> float:
         """``host``'s share now, from 0.0 (held, or just begun) to 1.0 (none known)."""

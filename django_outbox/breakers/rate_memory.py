@@ -37,7 +37,7 @@ class MemoryRateStore:
         self._lock = threading.Lock()
         # host: (next free time, ramp), ordered by last use, oldest first.
         self._hosts: OrderedDict[str, tuple[float, Ramp | None]] = OrderedDict()
-        self._shares = RampShares(self._max_hosts, clock)
+        self._shares = RampShares(clock, self._max_hosts)
 
     def take_many(self, requests: Sequence[RateRequest]) -> list[Turn]:
         """See :meth:`RateStore.take_many`."""
