@@ -10,12 +10,15 @@ here locks: the engine calls it under its own lock.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 J = TypeVar("J")
+
+logger = logging.getLogger("django_outbox.engine")
 
 
 @dataclass
@@ -42,9 +45,14 @@ class HostLines(Generic[J]):
         self.parked = 0
 
     def _cap(self, host: str) -> int:
+        """``host``'s cap now; ``per_host`` if the reader fails (the lines must go on)."""
         if self._host_cap is None:
             return self._per_host
-        return max(1, min(self._per_host, self._host_cap(host)))
+        try:
+            return max(1, min(self._per_host, self._host_cap(host)))
+        except Exception:
+            logger.exception("reading the cap of %s failed; it has %d", host, self._per_host)
+            return self._per_host
 
     def join(self, host: str, job: J) -> bool:
         """Put ``job`` in ``host``'s line: True if it takes a slot now, False if it waits."""

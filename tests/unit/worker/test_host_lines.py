@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from django_outbox.worker.host_lines import HostLines
 
 
@@ -59,3 +61,15 @@ def test_without_a_cap_reader_every_host_has_per_host() -> None:
     line: HostLines[str] = HostLines(2, None, lambda job: False)
     assert [line.join("a", str(n)) for n in range(3)] == [True, True, False]
     assert line.widen() == []
+
+
+def test_a_cap_reader_that_fails_leaves_the_host_its_per_host(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def broken(host: str) -> int:
+        raise ZeroDivisionError(host)
+
+    line: HostLines[str] = HostLines(2, broken, lambda job: False)
+    assert [line.join("a", str(n)) for n in range(3)] == [True, True, False]
+    assert line.leave("a") == "2"
+    assert "reading the cap of a failed" in caplog.text
