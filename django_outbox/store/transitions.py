@@ -13,7 +13,7 @@ live deliveries, :mod:`~django_outbox.store.reclaim` takes back those of lost wo
                            └─────────► failed   attempts or deadline spent, given up
       queued, waiting ─────────────► failed     deadline passed, given up by hand
       any final state ─────────────► queued or waiting          requeue
-      any final state, past retention ───► deleted              prune
+      any final state, past retention ───► deleted              prune (store.pruning)
 
 Every write is conditional on the state it leaves, and a claimed row's on its
 claim's token as well, so a duplicated Celery message, a second worker or an
@@ -50,7 +50,6 @@ from django_outbox.store.claim_rows import CLAIMED_COLUMNS, check_claims, claime
 from django_outbox.store.grouped_updates import UNSPEND, GroupedUpdates, update_claimed
 from django_outbox.store.history import save_history
 from django_outbox.store.queries import (
-    STEP,
     Lanes,
     by_lane,
     earlier_live_inboxes,
@@ -378,16 +377,3 @@ def requeue(ids: Iterable[int]) -> tuple[Lanes, int]:
         state=DeliveryState.QUEUED, dispatched_at=now, **fresh
     )
     return by_lane(queued), len(rows)
-
-
-def prune() -> int:
-    """Delete finished deliveries, and then messages, older than the retention period."""
-    cutoff = timezone.now() - timedelta(seconds=conf.RETENTION_SECONDS)
-    ids = list(
-        Delivery.objects.filter(state__in=FINAL_STATES, finished_at__lt=cutoff).values_list(
-            "id", flat=True
-        )[:STEP]
-    )
-    deleted, _ = Delivery.objects.filter(id__in=ids).delete()
-    Message.objects.filter(created_at__lt=cutoff, pending=None, deliveries=None).delete()
-    return deleted

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from django_outbox.broker.publish import publish, restart_expansions, take_undispatched
 from django_outbox.conf import conf
 from django_outbox.extensions.registry import steps_of
-from django_outbox.store import heartbeats, queries, reclaim, transitions
+from django_outbox.store import heartbeats, pruning, queries, reclaim, transitions
 from django_outbox.upkeep.operations import give_up, resend_failed_signals, take_back
 from django_outbox.upkeep.passes import Steps, run_steps
 from django_outbox.upkeep.pauses import end_lapsed_pauses
@@ -76,7 +76,7 @@ def sweep(part: Steps | None = None) -> dict[str, int]:
         "expanded": expand_lost,
         "freed": free_waiting,
         "signals": resend_signals,
-        "pruned": transitions.prune,
+        "pruned": pruning.prune,
         "pruned_heartbeats": heartbeats.prune,
         "pauses_ended": end_lapsed_pauses,
     }

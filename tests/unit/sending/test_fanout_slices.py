@@ -20,7 +20,7 @@ from django_outbox.exceptions import TooManyInboxes
 from django_outbox.models import Delivery, Message, PendingInboxes
 from django_outbox.sending import fanout
 from django_outbox.sending.fanout import FIRST_SLICE, SLICE, SLICE_CHARS, expand
-from django_outbox.store import transitions
+from django_outbox.store import pruning
 from django_outbox.upkeep import sweeper
 from testproject.demo.keys import ACTOR
 from tests.support.sends import ACTIVITY, inboxes, rows_written
@@ -129,5 +129,5 @@ def test_the_sweeper_restarts_lost_expansions_and_keeps_their_messages(
     monkeypatch.setattr(publish, "start_expansion", lambda pk, lane: started.append((pk, lane)))
     assert sweeper.expand_lost() == 1
     assert started == [(pending.pk, pending.lane)]
-    transitions.prune()
+    pruning.prune()
     assert list(Message.objects.values_list("pk", flat=True)) == [pending.pk]

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox.models import Attempt, Delivery
-from django_outbox.store.transitions import prune
+from django_outbox.store.pruning import prune
 from django_outbox.upkeep.operations import requeue
 from django_outbox.values.outcomes import AttemptResult
 from django_outbox.worker.recorder import apply_outcomes

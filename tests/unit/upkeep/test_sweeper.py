@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.test import override_settings
 
 from django_outbox.models import Delivery, DeliveryState, Heartbeat, HostPause, Lane, Message
 from django_outbox.signals import delivery_failed
-from django_outbox.store.transitions import prune
+from django_outbox.store.pruning import prune
 from django_outbox.upkeep import sweeper
 from tests.support.broker import RecordingApp
 from tests.support.rows import ago, delivery, hence, message
@@ -244,13 +247,50 @@ def test_prune_deletes_old_finished_deliveries_and_then_their_messages() -> None
 
 
 @override_settings(OUTBOX_RETENTION_SECONDS=LONG_AGO)
-def test_prune_deletes_a_bounded_step_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("django_outbox.store.transitions.STEP", 2)
+def test_prune_deletes_batch_after_batch_within_its_share_of_the_sweep_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("django_outbox.store.pruning.STEP", 2)
+    batches: list[int] = []
+    counted = SimpleNamespace(atomic=lambda: _counted(batches, transaction.atomic()))
+    monkeypatch.setattr("django_outbox.store.pruning.transaction", counted)
+    parents = [message(created_at=ago(2 * LONG_AGO)) for _ in range(5)]
+    for parent in parents:
+        delivery(parent, DELIVERED, finished_at=ago(LONG_AGO + 60))
+    assert [prune(), Delivery.objects.count(), Message.objects.count()] == [5, 0, 0]
+    assert len(batches) == 3  # 2 + 2 + 1 deliveries, a transaction each
+
+
+@override_settings(OUTBOX_RETENTION_SECONDS=LONG_AGO, OUTBOX_SWEEP_INTERVAL=0)
+def test_prune_with_no_time_left_deletes_one_batch_per_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("django_outbox.store.pruning.STEP", 2)
     parent = message(created_at=ago(2 * LONG_AGO))
     for _ in range(3):
         delivery(parent, DELIVERED, finished_at=ago(LONG_AGO + 60))
     assert [prune(), Delivery.objects.count(), Message.objects.count()] == [2, 1, 1]
     assert [prune(), Delivery.objects.count(), Message.objects.count()] == [1, 0, 0]
+
+
+@override_settings(OUTBOX_RETENTION_SECONDS=LONG_AGO)
+def test_prune_takes_the_longest_finished_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("django_outbox.store.pruning.STEP", 1)
+    monkeypatch.setattr("django_outbox.store.pruning.SHARE", 0)
+    parent = message(created_at=ago(2 * LONG_AGO))
+    newer = delivery(parent, DELIVERED, finished_at=ago(LONG_AGO + 60))
+    older = delivery(parent, FAILED, finished_at=ago(LONG_AGO + 600))
+    assert prune() == 1
+    assert list(Delivery.objects.values_list("id", flat=True)) == [newer.pk]
+    assert older.pk != newer.pk
+
+
+@contextmanager
+def _counted(seen: list[int], block: Any) -> Iterator[None]:
+    """``block``, noting in ``seen`` that it was entered."""
+    seen.append(1)
+    with block:
+        yield
 
 
 # -- the whole pass ------------------------------------------------------------------
