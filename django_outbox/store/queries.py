@@ -109,6 +109,18 @@ def not_yet_due(ids: Sequence[int], horizon: float) -> tuple[list[int], datetime
     return [row[0] for row in rows], min(row[1] for row in rows)
 
 
+def due_in_lane(lane: str, limit: int) -> list[int]:
+    """Ids of up to ``limit`` queued deliveries of ``lane`` that are due, longest due
+    first: a range of the ``django_outbox_due`` index, which holds queued rows only."""
+    return list(
+        Delivery.objects.filter(
+            state=DeliveryState.QUEUED, lane=lane, next_attempt_at__lte=timezone.now()
+        )
+        .order_by("next_attempt_at")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
 def expired() -> list[int]:
     """Queued and waiting deliveries whose batch deadline has passed (a step's worth)."""
     return list(

@@ -18,10 +18,10 @@ from django.db import DatabaseError
 from django.utils import timezone
 
 from django_outbox.conf import conf
-from django_outbox.models import Delivery, DeliveryState, Lane
+from django_outbox.models import Lane
 from django_outbox.store.claim_rows import new_token
 from django_outbox.store.outages import DATABASE_OUTAGES
-from django_outbox.store.queries import not_yet_due
+from django_outbox.store.queries import due_in_lane, not_yet_due
 from django_outbox.store.transitions import claim
 from django_outbox.values.claimed import ClaimedRow
 from django_outbox.worker.attempt import Job
@@ -114,13 +114,7 @@ def _urgent_jobs(process: WorkerProcess) -> list[Job]:
     logged and the caller goes on handing over the deliveries it has claimed.
     """
     try:
-        due = list(
-            Delivery.objects.filter(
-                state=DeliveryState.QUEUED, lane=Lane.PRIORITY, next_attempt_at__lte=timezone.now()
-            )
-            .order_by("next_attempt_at")
-            .values_list("id", flat=True)[: conf.CHUNK_SIZE]
-        )
+        due = due_in_lane(Lane.PRIORITY, conf.CHUNK_SIZE)
         claimed = _claim(process, due, new_token()) if due else []
     except DatabaseError:
         logger.warning("could not look for priority-lane deliveries", exc_info=True)
