@@ -41,8 +41,8 @@ from django.utils import timezone
 
 from django_outbox.broker.backlog import Backlog, header, redis_backlogs
 from django_outbox.conf import conf
-from django_outbox.models import Delivery, DeliveryState, Message, PendingInboxes, locked
-from django_outbox.store.queries import STEP, Lanes, by_lane
+from django_outbox.models import Delivery, Message, PendingInboxes, locked
+from django_outbox.store.queries import STEP, Lanes, by_lane, queued
 
 logger = logging.getLogger("django_outbox.dispatch")
 
@@ -297,7 +297,7 @@ def take_undispatched() -> Lanes:
     """
     now = timezone.now()
     lost = now - timedelta(seconds=conf.REDISPATCH_AFTER)
-    due = Delivery.objects.filter(state=DeliveryState.QUEUED, next_attempt_at__lte=now)
+    due = queued().filter(next_attempt_at__lte=now)
     undispatched = Q(dispatched_at__isnull=True) | Q(
         dispatched_at__lt=lost, next_attempt_at__lt=lost
     )
@@ -340,6 +340,4 @@ def lane_backlogs(lanes: Sequence[str]) -> dict[str, Backlog]:
 def forget_all_dispatches() -> int:
     """Mark every queued delivery undispatched, as its message is known to be lost;
     the due ones are published again by :func:`take_undispatched`, the rest when due."""
-    return Delivery.objects.filter(state=DeliveryState.QUEUED, dispatched_at__isnull=False).update(
-        dispatched_at=None
-    )
+    return queued().filter(dispatched_at__isnull=False).update(dispatched_at=None)

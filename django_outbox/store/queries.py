@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, Min, OuterRef
+from django.db.models import Count, Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
-from django_outbox.models import LIVE_STATES, Delivery, DeliveryState
+from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Lane
 
 #: Rows one step of the sweeper touches at most.
 STEP = 5000
@@ -107,6 +107,14 @@ def not_yet_due(ids: Sequence[int], horizon: float) -> tuple[list[int], datetime
     if not rows:
         return [], None
     return [row[0] for row in rows], min(row[1] for row in rows)
+
+
+def queued() -> QuerySet[Delivery]:
+    """Queued deliveries, of every lane by name: so named, PostgreSQL reads them from
+    ranges of the ``django_outbox_due`` index (lane, due time; queued rows only), not
+    from the whole table, nor from the whole index for the due ones (see the
+    large-table benchmark)."""
+    return Delivery.objects.filter(state=DeliveryState.QUEUED, lane__in=Lane.values)
 
 
 def due_in_lane(lane: str, limit: int) -> list[int]:
