@@ -14,7 +14,8 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -132,20 +133,25 @@ def start_services() -> Env:
     Takes the benchmark lock first (see :func:`_lock_machine`).
     """
     _lock_machine()
+    return services_env()
+
+
+def services_env() -> Env:
+    """Start (or reuse) the services and make the bench DB, without the benchmark lock
+    (for what is not timed, such as writing a data set)."""
     exported = _services_start()
-    admin_url = exported["DATABASE_URL"]
+    env = Env(exported["DATABASE_URL"], _with_path(exported["REDIS_URL"], f"/{BENCH_REDIS_DB}"))
+    return database_env(env, BENCH_DB)
+
+
+def database_env(env: Env, name: str) -> Env:
+    """``env`` on the database ``name`` of the same server, created if missing."""
     import psycopg
 
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        exists = conn.execute(
-            "SELECT 1 FROM pg_database WHERE datname = %s", (BENCH_DB,)
-        ).fetchone()
-        if not exists:
-            conn.execute(f"CREATE DATABASE {BENCH_DB}")
-    return Env(
-        database_url=_with_path(admin_url, "/" + BENCH_DB),
-        redis_url=_with_path(exported["REDIS_URL"], f"/{BENCH_REDIS_DB}"),
-    )
+    with psycopg.connect(_with_path(env.database_url, "/postgres"), autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f"CREATE DATABASE {name}")
+    return replace(env, database_url=_with_path(env.database_url, "/" + name))
 
 
 def start_rabbitmq() -> str:
@@ -194,17 +200,37 @@ def setup_django(env: Env) -> None:
     call_command("migrate", verbosity=0, interactive=False)
 
 
+@dataclass(frozen=True)
+class Tables:
+    """Where a run's rows go: how its tables are made ready, and the last delivery id
+    of the rows already there (0: the run starts on empty tables)."""
+
+    reset: Callable[[Env], None]
+    after: int = 0
+
+
 def reset_state(env: Env) -> None:
     """Empty the outbox tables and the bench Redis DB (broker queues, cache, breakers)."""
-    import redis
     from django.db import connection
-
-    from django_outbox.signing.schemes import forget_local
 
     with connection.cursor() as cursor:
         cursor.execute(
             "TRUNCATE django_outbox_delivery, django_outbox_message RESTART IDENTITY CASCADE"
         )
+    reset_services(env)
+
+
+#: Emptied tables: what every scenario but ``large-table`` runs on.
+EMPTY = Tables(reset_state)
+
+
+def reset_services(env: Env) -> None:
+    """Empty the bench Redis DB (broker queues, cache, breakers) and the RabbitMQ lanes,
+    and forget this process's signature schemes: what a run starts without."""
+    import redis
+
+    from django_outbox.signing.schemes import forget_local
+
     redis.Redis.from_url(env.redis_url).flushdb()
     purge_rabbitmq(env.broker_url)
     forget_local()
@@ -232,21 +258,25 @@ def purge_rabbitmq(broker_url: str) -> None:
                 channel.close()
 
 
-def state_counts() -> dict[str, int]:
-    """How many deliveries are in each state (one query)."""
+def state_counts(after: int = 0) -> dict[str, int]:
+    """How many deliveries with ids above ``after`` are in each state (one query)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT state, count(*) FROM django_outbox_delivery GROUP BY state")
+        cursor.execute(
+            "SELECT state, count(*) FROM django_outbox_delivery WHERE id > %s GROUP BY state",
+            [after],
+        )
         return {state: count for state, count in cursor.fetchall()}
 
 
-def last_finished() -> float | None:
-    """Unix time of the latest ``finished_at`` among the deliveries, if any."""
+def last_finished(after: int = 0) -> float | None:
+    """Unix time of the latest ``finished_at`` among the deliveries with ids above
+    ``after``, if any."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT max(finished_at) FROM django_outbox_delivery")
+        cursor.execute("SELECT max(finished_at) FROM django_outbox_delivery WHERE id > %s", [after])
         (value,) = cursor.fetchone()
     return None if value is None else float(value.timestamp())
 
@@ -254,17 +284,18 @@ def last_finished() -> float | None:
 FINAL = ("delivered", "refused", "skipped", "failed")
 
 
-def wait_settled(total: int, timeout: float, poll: float = 0.25) -> dict[str, Any]:
-    """Poll the database until ``total`` deliveries are final or ``timeout`` passes."""
+def wait_settled(total: int, timeout: float, poll: float = 0.25, after: int = 0) -> dict[str, Any]:
+    """Poll the database until ``total`` deliveries (of those with ids above ``after``)
+    are final or ``timeout`` passes."""
     deadline = time.monotonic() + timeout
     counts: dict[str, int] = {}
     while time.monotonic() < deadline:
-        counts = state_counts()
+        counts = state_counts(after)
         if sum(counts.get(s, 0) for s in FINAL) >= total:
             break
         time.sleep(poll)
     done = sum(counts.get(s, 0) for s in FINAL)
-    return {"counts": counts, "complete": done >= total, "last_finished": last_finished()}
+    return {"counts": counts, "complete": done >= total, "last_finished": last_finished(after)}
 
 
 def snapshot() -> tuple[Path, str]:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from bench.common import ACTOR, Env, activity, log, reset_state
+from bench.common import ACTOR, EMPTY, Env, Tables, activity, log, reset_state
 from bench.figures import summary, wait_quiet
 
 
@@ -46,8 +46,10 @@ def recipients(count: int) -> list[Any]:
     return made
 
 
-def one(env: Env, given: Sequence[Any], with_expand: bool) -> dict[str, Any]:
-    """Time one ``send`` and then the expansion of what it stored."""
+def one(
+    env: Env, given: Sequence[Any], with_expand: bool, tables: Tables = EMPTY
+) -> dict[str, Any]:
+    """Time one ``send`` and then the expansion of what it stored, on ``tables``."""
     from django_outbox import outbox
     from django_outbox.conf import conf
     from django_outbox.sending.fanout import expand
@@ -55,7 +57,7 @@ def one(env: Env, given: Sequence[Any], with_expand: bool) -> dict[str, Any]:
     from django_outbox.sending.validation import clean_inboxes
     from django_outbox.transport.addresses import parse_networks
 
-    reset_state(env)
+    tables.reset(env)
     busy = wait_quiet()
     t0 = time.perf_counter()
     own = [urlsplit(ACTOR).hostname or ""]

@@ -30,6 +30,7 @@ from bench import (
     components,
     experiments,
     fanout,
+    large_table,
     memory,
     nodes,
     priority,
@@ -66,6 +67,7 @@ SCENARIOS: dict[str, Scenario] = {
 OPTIONAL: dict[str, Scenario] = {
     "experiments": experiments.run,
     "nodes": nodes.run,
+    "large-table": large_table.run,
     "cpu-bound-uvloop": throughput.cpu_bound_uvloop,
     "latency-bound-uvloop": throughput.latency_bound_uvloop,
 }

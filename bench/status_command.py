@@ -28,7 +28,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import RESULTS_DIR, Env, _with_path, log, setup_django, start_services
+from bench.common import RESULTS_DIR, database_env, log, setup_django, start_services
 from bench.figures import save_json
 
 DATABASE = "outbox_status_bench"
@@ -181,13 +181,7 @@ def arguments(
 def prepare(rows: int, keep: bool) -> dict[str, Any]:
     """Start the servers, make and migrate :data:`DATABASE` and fill it with ``rows``
     deliveries (unless ``keep``); the results so far (rows there, seconds filling)."""
-    env = start_services()
-    env = Env(_with_path(env.database_url, "/" + DATABASE), env.redis_url)
-    import psycopg
-
-    with psycopg.connect(_with_path(env.database_url, "/postgres"), autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone():
-            conn.execute(f"CREATE DATABASE {DATABASE}")
+    env = database_env(start_services(), DATABASE)
     setup_django(env)
     results: dict[str, Any] = {"rows": rows}
     if not keep:

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from bench.common import ACTOR, Env, activity, log, reset_state, wait_settled
+from bench.common import ACTOR, EMPTY, Env, Tables, activity, log, wait_settled
 from bench.figures import machine_busy, summary, wait_quiet
+from bench.nodes import postgres_cpu, postmaster_pid, reset_statements, statement_classes
 from bench.processes import Farm, Worker
 
 
@@ -38,26 +39,48 @@ class Shape:
         return self.hosts * self.messages
 
 
-def one_run(env: Env, farm: Farm, shape: Shape, settings: dict[str, Any]) -> dict[str, Any]:
-    """One timed run on a fresh worker; returns its figures."""
+def one_run(
+    env: Env,
+    farm: Farm,
+    shape: Shape,
+    settings: dict[str, Any],
+    tables: Tables = EMPTY,
+    statements: bool = False,
+) -> dict[str, Any]:
+    """One timed run on a fresh worker; returns its figures (with the claim and record
+    statement times per delivery when ``statements``, from ``pg_stat_statements``, and
+    PostgreSQL's CPU per delivery)."""
     from django_outbox import outbox
 
-    reset_state(env)
+    tables.reset(env)
     inboxes = farm.inboxes(1)
     with Worker(env, settings) as worker:
         busy = wait_quiet()
+        if statements:
+            reset_statements()
+            postmaster = postmaster_pid()
+            postgres_before = postgres_cpu(postmaster)
         cpu_before, (busy0, total0) = worker.cpu_seconds(), machine_busy()
         t0 = time.time()
         for n in range(shape.messages):
             outbox.send(shape.actor, activity(n), inboxes)
         sent = time.time() - t0
-        result = wait_settled(shape.total, shape.timeout)
+        result = wait_settled(shape.total, shape.timeout, after=tables.after)
+        if statements:
+            postgres = postgres_cpu(postmaster) - postgres_before
         busy1, total1 = machine_busy()
         cpu = worker.cpu_seconds() - cpu_before
         peak = worker.peak_rss_mb()
     delivered = result["counts"].get("delivered", 0)
     elapsed = (result["last_finished"] or time.time()) - t0
+    measured = {}
+    if statements:
+        measured = {
+            **statement_times(delivered),
+            "postgres_cpu_ms": 1000 * postgres / max(1, delivered),
+        }
     return {
+        **measured,
         "rate": delivered / elapsed if elapsed > 0 else 0.0,
         "elapsed_s": elapsed,
         "send_calls_s": sent,
@@ -69,6 +92,13 @@ def one_run(env: Env, farm: Farm, shape: Shape, settings: dict[str, Any]) -> dic
         "worker_peak_rss_mb": peak,
         "busy_before": busy,
     }
+
+
+def statement_times(delivered: int) -> dict[str, float]:
+    """Execution ms per delivery of the claim, the outcome writes and the rest, since the
+    last :func:`~bench.nodes.reset_statements`."""
+    classes = statement_classes()
+    return {f"{name}_ms": classes[name]["ms"] / max(1, delivered) for name in classes}
 
 
 def run(
@@ -97,7 +127,7 @@ def run(
 ED_ACTOR = "https://demo.example/users/edna"
 
 
-def _cpu_shape(quick: bool) -> Shape:
+def cpu_shape(quick: bool) -> Shape:
     """100 activities x 200 hosts answering 202 at once: 20,000 deliveries, three runs."""
     return Shape(200, 0.0, messages=10 if quick else 100, repeats=1 if quick else 3, timeout=300)
 
@@ -109,12 +139,12 @@ def _latency_shape(quick: bool) -> Shape:
 
 def cpu_bound(env: Env, quick: bool) -> dict[str, Any]:
     """20,000 deliveries to 200 hosts answering at once, signed with RSA-2048."""
-    return run(env, _cpu_shape(quick), label="cpu-bound")
+    return run(env, cpu_shape(quick), label="cpu-bound")
 
 
 def cpu_bound_ed25519(env: Env, quick: bool) -> dict[str, Any]:
     """The same signed with Ed25519 (several times cheaper than RSA-2048): two runs."""
-    shape = replace(_cpu_shape(quick), repeats=1 if quick else 2, actor=ED_ACTOR)
+    shape = replace(cpu_shape(quick), repeats=1 if quick else 2, actor=ED_ACTOR)
     return run(env, shape, label="cpu-bound-ed25519")
 
 
@@ -134,7 +164,7 @@ UVLOOP = {"OUTBOX_EVENT_LOOP": "uvloop"}
 
 def cpu_bound_uvloop(env: Env, quick: bool) -> dict[str, Any]:
     """The cpu-bound run with the workers' engines on uvloop."""
-    return run(env, _cpu_shape(quick), settings=UVLOOP, label="cpu-bound-uvloop")
+    return run(env, cpu_shape(quick), settings=UVLOOP, label="cpu-bound-uvloop")
 
 
 def latency_bound_uvloop(env: Env, quick: bool) -> dict[str, Any]:
