@@ -3,10 +3,11 @@
 The sweeper's prune step.  It deletes in batches of :data:`~django_outbox.store.queries.STEP`
 rows, the longest finished first (a range of the ``(finished_at, state)`` index), each
 batch in a transaction of its own with the rows that depend on them (their history;
-payment records stay, unlinked), until none is left or the pass has spent
-:data:`SHARE` of ``OUTBOX_SWEEP_INTERVAL``: a long backlog is worked off pass by pass,
-a pass ends long before the next one starts (and before the sweep's supervisor would
-call it stuck), and no transaction holds many locks for long.  Only finished rows are
+payment records stay, unlinked) and followed by a pause as long (:data:`BUSY`), until
+none is left or the pass has lasted :data:`SHARE` of ``OUTBOX_SWEEP_INTERVAL``: a long
+backlog is worked off pass by pass, a pass ends long before the next one starts (and
+before the sweep's supervisor would call it stuck), no transaction holds many locks
+for long, and the database is left to the workers between batches.  Only finished rows are
 deleted, which no claim, outcome or recovery pass changes, so workers do not wait on a
 prune's locks.
 
@@ -29,22 +30,29 @@ from django_outbox.conf import conf
 from django_outbox.models import FINAL_STATES, Delivery, Message
 from django_outbox.store.queries import STEP
 
-#: The share of ``OUTBOX_SWEEP_INTERVAL`` one prune pass may spend deleting.
+#: The share of ``OUTBOX_SWEEP_INTERVAL`` one prune pass may last.
 SHARE = 1 / 3
+#: The share of a pass spent deleting: after each batch it pauses for as long as the
+#: batch took (times ``1 / BUSY - 1``), leaving the database and the workers sharing its
+#: cores the rest.
+BUSY = 0.5
 
 
 def prune() -> int:
     """Delete finished deliveries, and then messages, older than the retention period,
-    a batch at a time for at most :data:`SHARE` of the sweep interval (one batch of
-    each at least); how many rows were deleted (history rows included)."""
+    a batch at a time, pausing between batches (:data:`BUSY`), for at most
+    :data:`SHARE` of the sweep interval (one batch of each at least); how many rows were
+    deleted (history rows included)."""
     cutoff = timezone.now() - timedelta(seconds=conf.RETENTION_SECONDS)
     ends = time.monotonic() + SHARE * conf.SWEEP_INTERVAL
     deleted = 0
     while True:
+        began = time.monotonic()
         found, removed = _delete_deliveries(cutoff)
         deleted += removed
         if found < STEP or time.monotonic() >= ends:
             break
+        time.sleep((time.monotonic() - began) * (1 / BUSY - 1))
     while _delete_messages(cutoff) == STEP and time.monotonic() < ends:
         pass
     return deleted

@@ -257,8 +257,11 @@ def test_prune_deletes_batch_after_batch_within_its_share_of_the_sweep_interval(
     parents = [message(created_at=ago(2 * LONG_AGO)) for _ in range(5)]
     for parent in parents:
         delivery(parent, DELIVERED, finished_at=ago(LONG_AGO + 60))
+    pauses: list[float] = []
+    monkeypatch.setattr("django_outbox.store.pruning.time.sleep", pauses.append)
     assert [prune(), Delivery.objects.count(), Message.objects.count()] == [5, 0, 0]
     assert len(batches) == 3  # 2 + 2 + 1 deliveries, a transaction each
+    assert len(pauses) == 2 and all(pause >= 0 for pause in pauses)  # none after the last
 
 
 @override_settings(OUTBOX_RETENTION_SECONDS=LONG_AGO, OUTBOX_SWEEP_INTERVAL=0)
