@@ -152,14 +152,20 @@ def counted_run(env: Env, farm: Farm, shape: Shape, tables: Tables) -> dict[str,
 def pruning_run(
     large: Env, farm: Farm, shape: Shape, marks: dict[str, int], pruned: int
 ) -> dict[str, Any]:
-    """The cpu-bound run on the large tables while :mod:`bench.pruner` prunes the oldest
-    ``pruned`` finished deliveries, starting just before the run's worker."""
+    """The cpu-bound run on the large tables while :mod:`bench.pruner` prunes finished
+    deliveries among the first ``pruned``, starting just before the run's worker.
+
+    The retention ends where delivery ``pruned + 1`` was created: every delivery after
+    it finished later (the rows are in the order they were created), so that no row
+    after ``pruned`` is deleted and :func:`~bench.large_rows.restore` can write them
+    all again.
+    """
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT finished_at FROM django_outbox_delivery WHERE id = %s", [pruned])
-        (oldest,) = cursor.fetchone()
-    retention = time.time() - oldest.timestamp()
+        cursor.execute("SELECT created_at FROM django_outbox_delivery WHERE id = %s", [pruned + 1])
+        (first_kept,) = cursor.fetchone()
+    retention = time.time() - first_kept.timestamp()
     settings = {"OUTBOX_RETENTION_SECONDS": retention}
     log_file = LOG_DIR / f"pruner-{time.time_ns()}.log"
     pruner: list[subprocess.Popen[str]] = []
