@@ -11,12 +11,12 @@ in one session:
 - the cpu-bound run (20,000 deliveries to 200 instant hosts, RSA-2048) on the empty
   tables of ``outbox_bench`` and on the large ones, interleaved, with the claim and
   record statement times per delivery from ``pg_stat_statements``;
-- the same run on the large tables while another process prunes the oldest
-  :data:`PRUNED` finished rows (:mod:`bench.pruner`, the sweeper's prune pass after
-  pass): rows pruned per second, the run's rate and its claim time against the
-  runs without a prune; the pruned rows are written again afterwards;
 - ``send()`` to 100,000 inboxes on empty and on large tables, interleaved, and the
-  expansion of its rows a worker does next.
+  expansion of its rows a worker does next;
+- the cpu-bound run on the large tables while another process prunes finished rows
+  among the oldest :data:`PRUNED` (:mod:`bench.pruner`, the sweeper's prune pass after
+  pass): rows pruned per second, the run's rate and its claim time against the runs
+  without a prune; the pruned rows are written again before the next run.
 """
 
 from __future__ import annotations
@@ -158,19 +158,28 @@ def pruning_run(
     The retention ends where delivery ``pruned + 1`` was created: every delivery after
     it finished later (the rows are in the order they were created), so that no row
     after ``pruned`` is deleted and :func:`~bench.large_rows.restore` can write them
-    all again.
+    all again.  Besides the pruner's own passes, the deliveries it deleted from its
+    start to the end of the run (counted just after it) give the rate while the worker
+    ran.
     """
     from django.db import connection
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT created_at FROM django_outbox_delivery WHERE id = %s", [pruned + 1])
-        (first_kept,) = cursor.fetchone()
+    def first(sql: str) -> Any:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [pruned + 1])
+            return cursor.fetchone()[0]
+
+    count = "SELECT count(*) FROM django_outbox_delivery WHERE id < %s"
+    first_kept = first("SELECT created_at FROM django_outbox_delivery WHERE id = %s")
     retention = time.time() - first_kept.timestamp()
     settings = {"OUTBOX_RETENTION_SECONDS": retention}
     log_file = LOG_DIR / f"pruner-{time.time_ns()}.log"
     pruner: list[subprocess.Popen[str]] = []
+    window: list[tuple[float, int]] = []
 
     def start() -> None:
+        large_rows.mark_pruned(pruned)
+        window.append((time.time(), first(count)))
         pruner.append(
             subprocess.Popen(
                 [PYTHON, "-m", "bench.pruner", "--seconds", "120"],
@@ -190,6 +199,7 @@ def pruning_run(
     QUIET_WAIT["seconds"] = 0.0  # the prune keeps the machine busy: that is the point
     try:
         figures = counted_run(large, farm, shape, large_tables(marks, also=start))
+        window.append((time.time(), first(count)))
     finally:
         QUIET_WAIT["seconds"] = quiet
         ran_until = time.time()
@@ -200,9 +210,12 @@ def pruning_run(
     passes = [line for line in lines if "rows" in line]
     seconds = sum(line["s"] for line in passes)
     deleted = next((line["deliveries"] for line in lines if "deliveries" in line), 0)
-    large_rows.mark_pruned(pruned)
+    (began, before), (ended, after) = window
     return {
         "run": figures,
+        "with_worker_s": ended - began,
+        "with_worker_deliveries": before - after,
+        "with_worker_per_s": (before - after) / (ended - began),
         "retention_s": retention,
         "passes": passes,
         "prune_s": seconds,
@@ -308,7 +321,9 @@ def markdown(out: dict[str, Any]) -> str:
     lines.append(
         f"\nprune: {prune['deliveries_deleted']:,} deliveries ({prune['rows_deleted']:,} rows "
         f"with their history) in {prune['prune_s']:.1f} s: {prune['deliveries_per_s']:,.0f} "
-        f"deliveries/s, {prune['rows_per_s']:,.0f} rows/s"
+        f"deliveries/s, {prune['rows_per_s']:,.0f} rows/s; while the worker ran: "
+        f"{prune['with_worker_deliveries']:,} in {prune['with_worker_s']:.1f} s, "
+        f"{prune['with_worker_per_s']:,.0f} deliveries/s"
     )
     for name, send in out["send"].items():
         ms = send["send_ms"]
