@@ -96,6 +96,9 @@ def store_plans(chunk: int) -> dict[str, list[tuple[str, str]]]:
         "priority-lane poll (every 50 ms while a task waits)": explained(
             lambda: queries.due_in_lane(Lane.PRIORITY, chunk)
         ),
+        "the same read of the default lane (the fresh rows due among the queued)": explained(
+            lambda: queries.due_in_lane(Lane.DEFAULT, chunk)
+        ),
         "due rows without a message (recovery pass, every heartbeat)": explained(take_undispatched),
         "claims of dead workers (recovery pass)": explained(lambda: list(reclaim.lapsed()[:1])),
         "deadlines passed (sweeper)": explained(queries.expired),
