@@ -26,15 +26,10 @@ import contextlib
 import json
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
-
-if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import fanout, large_rows
 from bench.common import (
@@ -294,14 +289,14 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
     return out
 
 
-#: The per-delivery columns of :func:`markdown`: key, heading, decimals.
-COLUMNS = (
-    ("worker_cpu_ms_per_delivery", "worker CPU ms", 2),
-    ("postgres_cpu_ms", "PostgreSQL CPU ms", 3),
-    ("claim_ms", "claim ms", 4),
-    ("record_ms", "record ms", 4),
-    ("other_ms", "other SQL ms", 4),
-)
+#: The per-delivery columns of :func:`markdown`, by key: heading and decimals.
+COLUMNS = {
+    "worker_cpu_ms_per_delivery": ("worker CPU ms", 2),
+    "postgres_cpu_ms": ("PostgreSQL CPU ms", 3),
+    "claim_ms": ("claim ms", 4),
+    "record_ms": ("record ms", 4),
+    "other_ms": ("other SQL ms", 4),
+}
 
 
 def markdown(out: dict[str, Any]) -> str:
@@ -311,11 +306,13 @@ def markdown(out: dict[str, Any]) -> str:
         "11 million rows": out["cpu_bound"]["large"]["runs"],
         "11 million rows, a prune running": [out["prune"]["run"]],
     }
-    head = "| tables | deliveries/s, runs | " + " | ".join(c[1] for c in COLUMNS) + " |"
+    head = "| tables | deliveries/s, runs | " + " | ".join(h for h, _ in COLUMNS.values()) + " |"
     lines = [head, "|---|---|" + "---:|" * len(COLUMNS)]
     for name, found in runs.items():
         rates = ", ".join(f"{r['rate']:,.0f}" for r in found)
-        cells = [f"{summary([r[k] for r in found])['median']:.{d}f}" for k, _, d in COLUMNS]
+        cells = [
+            f"{summary([r[k] for r in found])['median']:.{d}f}" for k, (_, d) in COLUMNS.items()
+        ]
         lines.append(f"| {name} | {rates} | " + " | ".join(cells) + " |")
     prune = out["prune"]
     lines.append(
