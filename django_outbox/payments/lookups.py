@@ -3,9 +3,9 @@
 
 A claim calls :func:`claim_lookup` (two queries) to hand the attempts what to pay and
 what to present, and to hold deliveries whose host is being paid as much as it may
-be; the recorder asks :func:`pending_slots` and :func:`per_message_hosts` before
-storing a challenge; the sweeper asks :func:`orphans` which pending payments no
-delivery will resolve.
+be; the recorder asks :func:`pending_slots`, :func:`per_message_hosts` and
+:func:`challenge_lookup` before storing a challenge; the sweeper asks :func:`orphans`
+which pending payments no delivery will resolve.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from django_outbox.payments.models import (
     PaymentHost,
     PaymentState,
 )
-from django_outbox.payments.reports import KeptToken, OpenAttempt
+from django_outbox.payments.reports import Challenge, KeptToken, OpenAttempt
 
 _OPEN = (PaymentState.PENDING, PaymentState.PAID)
 
@@ -53,10 +53,12 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
     way of charging of ``hosts``: two queries, however many deliveries a claim took."""
     ids, hosts = set(delivery_ids), set(hosts)
     now = timezone.now()
+    kept = Q(state=PaymentState.USED, retired_at__isnull=True, expires_at__gt=now)
+    # The hosts are named once: a claim's hundred hosts are a hundred parameters that
+    # Django compiles and the driver quotes, which cost the claim more than the query.
     rows = PaymentAttempt.objects.filter(
         Q(delivery_id__in=ids, state__in=_OPEN)
-        | Q(host__in=hosts, state=PaymentState.PENDING)
-        | Q(host__in=hosts, state=PaymentState.USED, retired_at__isnull=True, expires_at__gt=now)
+        | Q(host__in=hosts) & (Q(state=PaymentState.PENDING) | kept)
     ).order_by("-id")
     found = ClaimLookup({}, {}, {}, per_message_hosts(hosts))
     newest: dict[str, datetime] = {}
@@ -91,6 +93,24 @@ def _open_attempt(row: PaymentAttempt) -> OpenAttempt:
         macaroon=row.macaroon,
         preimage=row.preimage,
     )
+
+
+def challenge_lookup(delivery_id: int, challenge: Challenge) -> tuple[int, PaymentAttempt | None]:
+    """What the ledger reads before storing a delivery's challenge, in one query: how
+    many payments the delivery made or has under way, and the attempt already stored
+    for the challenge's invoice (its payment hash is unique), if any."""
+    payment_hash = challenge.payment_hash
+    spent = Q(delivery_id=delivery_id) & (Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING))
+    rows = PaymentAttempt.objects.filter(spent | Q(payment_hash=payment_hash))
+    made, earlier = 0, None
+    for row in rows:
+        if row.delivery_id == delivery_id and (
+            row.paid_at is not None or row.state == PaymentState.PENDING
+        ):
+            made += 1
+        if row.payment_hash == payment_hash:
+            earlier = row
+    return made, earlier
 
 
 def pending_slots(host: str) -> set[int]:
