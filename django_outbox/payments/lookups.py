@@ -3,7 +3,7 @@
 
 A claim calls :func:`claim_lookup` (two queries) to hand the attempts what to pay and
 what to present, and to hold deliveries whose host is being paid as much as it may
-be; the recorder asks :func:`pending_slots`, :func:`per_message_hosts` and
+be; the recorder asks :func:`pending_slots`, :func:`host_charges` and
 :func:`challenge_lookup` before storing a challenge; the sweeper asks :func:`orphans`
 which pending payments no delivery will resolve.
 """
@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.models import FINAL_STATES
+from django_outbox.payments.claim_queries import claim_attempts, per_message_hosts
 from django_outbox.payments.models import (
     PaymentAttempt,
     PaymentBudget,
@@ -25,8 +26,6 @@ from django_outbox.payments.models import (
     PaymentState,
 )
 from django_outbox.payments.reports import Challenge, KeptToken, OpenAttempt
-
-_OPEN = (PaymentState.PENDING, PaymentState.PAID)
 
 
 def day_of(moment: datetime) -> date:
@@ -44,7 +43,7 @@ class ClaimLookup:
     tokens: dict[str, KeptToken]
     #: The hosts with payments under way, and the deliveries they are for.
     paying: dict[str, set[int | None]]
-    #: The hosts known to charge per message (:func:`per_message_hosts`).
+    #: The hosts known to charge per message (:func:`.claim_queries.per_message_hosts`).
     per_message: set[str]
 
 
@@ -52,14 +51,7 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
     """The open attempts of ``delivery_ids``, and the kept tokens, payments under way and
     way of charging of ``hosts``: two queries, however many deliveries a claim took."""
     ids, hosts = set(delivery_ids), set(hosts)
-    now = timezone.now()
-    kept = Q(state=PaymentState.USED, retired_at__isnull=True, expires_at__gt=now)
-    # The hosts are named once: a claim's hundred hosts are a hundred parameters that
-    # Django compiles and the driver quotes, which cost the claim more than the query.
-    rows = PaymentAttempt.objects.filter(
-        Q(delivery_id__in=ids, state__in=_OPEN)
-        | Q(host__in=hosts) & (Q(state=PaymentState.PENDING) | kept)
-    ).order_by("-id")
+    rows = claim_attempts(ids, hosts, timezone.now())
     found = ClaimLookup({}, {}, {}, per_message_hosts(hosts))
     newest: dict[str, datetime] = {}
     for row in rows:
@@ -123,13 +115,6 @@ def host_charges(host: str) -> bool | None:
     """How the ledger learnt ``host`` charges: True per message, False by the token,
     None when it has not learnt it yet."""
     return PaymentHost.objects.filter(host=host).values_list("per_message", flat=True).first()
-
-
-def per_message_hosts(hosts: Iterable[str]) -> set[str]:
-    """Which of ``hosts`` the ledger learnt charge per message (each delivery pays its
-    own invoice); the others are taken to sell tokens."""
-    rows = PaymentHost.objects.filter(host__in=set(hosts), per_message=True)
-    return set(rows.values_list("host", flat=True))
 
 
 def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:
