@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from django_outbox.payments.claims import hold_for
 from django_outbox.payments.lookups import host_charges, pending_slots
+from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.notices import PaymentSignals
 from django_outbox.payments.reports import PAYING_ELSEWHERE
 from django_outbox.payments.settings import PaymentSettings
@@ -34,6 +35,9 @@ class Effects:
     #: Deliveries released when a host not known to sell tokens accepts its first one:
     #: what they do with it tells how the host charges (``MAX_PARALLEL_PER_HOST``).
     probe: int = 1
+    #: Attempt id -> the attempt as the batch just made it paid, until the attempt's next
+    #: settlement (its token used, usually in the same report) takes it: not read again.
+    paid: dict[int, PaymentAttempt] = field(default_factory=dict)
 
     def per_message(self, host: str) -> bool | None:
         """How ``host`` charges (read once, then as the ledger learns it)."""

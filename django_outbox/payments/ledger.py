@@ -43,6 +43,7 @@ from django.utils import timezone
 from django_outbox.payments.batches import Effects, LedgerBatch
 from django_outbox.payments.lookups import (
     bought_meanwhile,
+    challenge_lookup,
     day_of,
     spent_today,
 )
@@ -60,7 +61,7 @@ from django_outbox.payments.reports import (
     PaymentReport,
     Settlement,
 )
-from django_outbox.payments.served_again import conflict, reopenable, served_again, stored
+from django_outbox.payments.served_again import conflict, reopenable, served_again
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
 from django_outbox.store.parked import release_parked
 from django_outbox.values.outcomes import AttemptResult, Outcome
@@ -95,14 +96,16 @@ def prune(older_than: float) -> int:
 
 
 def _reserve(sender: str, day: date, amount: int, budget: int) -> bool:
-    """Add ``amount`` to the sender's spending on ``day`` if it stays within ``budget``."""
+    """Add ``amount`` to the sender's spending on ``day`` if it stays within ``budget``.
+
+    The day's row is written only when the conditional update found none to raise (no
+    row yet, or not enough left): one statement per payment, not two."""
+    within = PaymentBudget.objects.filter(sender=sender, day=day, spent_msat__lte=budget - amount)
+    if within.update(spent_msat=F("spent_msat") + amount):
+        return True
     new = PaymentBudget(sender=sender, day=day)
     PaymentBudget.objects.bulk_create([new], ignore_conflicts=True)
-    return bool(
-        PaymentBudget.objects.filter(
-            sender=sender, day=day, spent_msat__lte=budget - amount
-        ).update(spent_msat=F("spent_msat") + amount)
-    )
+    return bool(within.update(spent_msat=F("spent_msat") + amount))
 
 
 def _release(sender: str, day: date, amount: int) -> None:
@@ -168,6 +171,7 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
     now = timezone.now()
     rows = PaymentAttempt.objects.filter(id=settlement.attempt_id)
     change = settlement.change
+    just_paid = effects.paid.pop(settlement.attempt_id, None)
     if change is Change.PAID:
         # A failed attempt that was never paid can still turn out paid (the node knew
         # better); one the destination refused after paying cannot be paid again.
@@ -178,7 +182,7 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
             return
         # The node's word, bounded to what a payment can cost (and the columns hold).
         fee = min(max(0, settlement.fee_msat), MAX_MSAT)
-        rows.filter(state=attempt.state).update(
+        updated = rows.filter(state=attempt.state).update(
             state=PaymentState.PAID,
             preimage=settlement.preimage,
             fee_msat=fee,
@@ -195,6 +199,9 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
             if effects.per_message(attempt.host):
                 effects.release_some(attempt.host, 1)  # its slot is free
         effects.signals.made.append(attempt.pk)
+        if updated:
+            attempt.state = PaymentState.PAID
+            effects.paid[attempt.pk] = attempt
     elif change is Change.FAILED:
         attempt = rows.filter(state=PaymentState.PENDING).first()
         if attempt is not None and rows.filter(state=PaymentState.PENDING).update(
@@ -204,7 +211,7 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
             effects.signals.failed.append((attempt.pk, settlement.reason))
             effects.release_some(attempt.host, 1)  # one of those waiting pays instead
     elif change is Change.USED:
-        _used(settlement.attempt_id, effects)
+        _used(settlement.attempt_id, effects, just_paid)
     elif change is Change.REJECTED:
         if rows.filter(state=PaymentState.PAID).update(
             state=PaymentState.FAILED, reason=settlement.reason[:500]
@@ -214,17 +221,18 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
         _retired(settlement.attempt_id, settlement.reason, effects)
 
 
-def _used(attempt_id: int, effects: Effects) -> None:
+def _used(attempt_id: int, effects: Effects, paid: PaymentAttempt | None = None) -> None:
     """A delivery was accepted with the attempt's token.
 
     Its own delivery: a token was bought.  On a host that charges per message it opens
     nothing more and is retired at once; on any other, the deliveries parked for the
     host are made due to use it (all on a host known to sell tokens, else
     ``MAX_PARALLEL_PER_HOST`` of them, which find out).  Another delivery: the host
-    sells tokens (it accepted one twice), and all its parked deliveries go.
+    sells tokens (it accepted one twice), and all its parked deliveries go.  ``paid``:
+    the attempt as the settlement just before this one left it (paid), not read again.
     """
     rows = PaymentAttempt.objects.filter(id=attempt_id)
-    attempt = rows.filter(state__in=(PaymentState.PAID, PaymentState.USED)).first()
+    attempt = paid or rows.filter(state__in=(PaymentState.PAID, PaymentState.USED)).first()
     if attempt is None:
         return
     host, charges = attempt.host, effects.per_message(attempt.host)
@@ -293,16 +301,13 @@ def _open(outcome: Outcome, challenge: Challenge, batch: LedgerBatch) -> Outcome
     slot = batch.free_slot(row.host)
     if slot is None:
         return batch.held_while_paying(outcome)
-    spent = PaymentAttempt.objects.filter(delivery_id=row.id).filter(
-        Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING)
-    )
-    if spent.count() >= settings.max_payments_per_delivery:
+    made, earlier = challenge_lookup(row.id, challenge)
+    if made >= settings.max_payments_per_delivery:
         error = (
             f"payment refused: paid {settings.max_payments_per_delivery} times and the "
             f"destination never accepted ({outcome.error})"
         )
         return replace(outcome, result=AttemptResult.REFUSED, error=error)
-    earlier = stored(challenge)
     if earlier is not None and not reopenable(earlier):
         return served_again(outcome, earlier, batch)
     now = timezone.now()

@@ -3,9 +3,9 @@
 
 A claim calls :func:`claim_lookup` (two queries) to hand the attempts what to pay and
 what to present, and to hold deliveries whose host is being paid as much as it may
-be; the recorder asks :func:`pending_slots` and :func:`per_message_hosts` before
-storing a challenge; the sweeper asks :func:`orphans` which pending payments no
-delivery will resolve.
+be; the recorder asks :func:`pending_slots`, :func:`host_charges` and
+:func:`challenge_lookup` before storing a challenge; the sweeper asks :func:`orphans`
+which pending payments no delivery will resolve.
 """
 
 from __future__ import annotations
@@ -18,15 +18,14 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.models import FINAL_STATES
+from django_outbox.payments.claim_queries import claim_attempts, per_message_hosts
 from django_outbox.payments.models import (
     PaymentAttempt,
     PaymentBudget,
     PaymentHost,
     PaymentState,
 )
-from django_outbox.payments.reports import KeptToken, OpenAttempt
-
-_OPEN = (PaymentState.PENDING, PaymentState.PAID)
+from django_outbox.payments.reports import Challenge, KeptToken, OpenAttempt
 
 
 def day_of(moment: datetime) -> date:
@@ -44,7 +43,7 @@ class ClaimLookup:
     tokens: dict[str, KeptToken]
     #: The hosts with payments under way, and the deliveries they are for.
     paying: dict[str, set[int | None]]
-    #: The hosts known to charge per message (:func:`per_message_hosts`).
+    #: The hosts known to charge per message (:func:`.claim_queries.per_message_hosts`).
     per_message: set[str]
 
 
@@ -52,12 +51,7 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
     """The open attempts of ``delivery_ids``, and the kept tokens, payments under way and
     way of charging of ``hosts``: two queries, however many deliveries a claim took."""
     ids, hosts = set(delivery_ids), set(hosts)
-    now = timezone.now()
-    rows = PaymentAttempt.objects.filter(
-        Q(delivery_id__in=ids, state__in=_OPEN)
-        | Q(host__in=hosts, state=PaymentState.PENDING)
-        | Q(host__in=hosts, state=PaymentState.USED, retired_at__isnull=True, expires_at__gt=now)
-    ).order_by("-id")
+    rows = claim_attempts(ids, hosts, timezone.now())
     found = ClaimLookup({}, {}, {}, per_message_hosts(hosts))
     newest: dict[str, datetime] = {}
     for row in rows:
@@ -93,6 +87,24 @@ def _open_attempt(row: PaymentAttempt) -> OpenAttempt:
     )
 
 
+def challenge_lookup(delivery_id: int, challenge: Challenge) -> tuple[int, PaymentAttempt | None]:
+    """What the ledger reads before storing a delivery's challenge, in one query: how
+    many payments the delivery made or has under way, and the attempt already stored
+    for the challenge's invoice (its payment hash is unique), if any."""
+    payment_hash = challenge.payment_hash
+    spent = Q(delivery_id=delivery_id) & (Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING))
+    rows = PaymentAttempt.objects.filter(spent | Q(payment_hash=payment_hash))
+    made, earlier = 0, None
+    for row in rows:
+        if row.delivery_id == delivery_id and (
+            row.paid_at is not None or row.state == PaymentState.PENDING
+        ):
+            made += 1
+        if row.payment_hash == payment_hash:
+            earlier = row
+    return made, earlier
+
+
 def pending_slots(host: str) -> set[int]:
     """The slots of ``host``'s payments under way (none: nobody is paying it)."""
     rows = PaymentAttempt.objects.filter(host=host, state=PaymentState.PENDING)
@@ -103,13 +115,6 @@ def host_charges(host: str) -> bool | None:
     """How the ledger learnt ``host`` charges: True per message, False by the token,
     None when it has not learnt it yet."""
     return PaymentHost.objects.filter(host=host).values_list("per_message", flat=True).first()
-
-
-def per_message_hosts(hosts: Iterable[str]) -> set[str]:
-    """Which of ``hosts`` the ledger learnt charge per message (each delivery pays its
-    own invoice); the others are taken to sell tokens."""
-    rows = PaymentHost.objects.filter(host__in=set(hosts), per_message=True)
-    return set(rows.values_list("host", flat=True))
 
 
 def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:

@@ -53,7 +53,7 @@ def host_cap(per_host: int, share: float) -> int:
     """How many deliveries to one host a process may have under way when ``share`` of
     its ramp is done: from one (as its breaker's probe) to ``per_host``, growing by a
     constant factor per second as its rate does."""
-    return max(1, int(per_host ** min(1.0, max(0.0, share))))
+    return max(1, int(per_host ** min(1.0, max(0.0, share)) + 1e-9))  # 8 ** (2/3) is 3.999...
 
 
 def ramped_caps(rates: RateStore | None, per_host: int) -> Callable[[str], int] | None:

@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Message
-from django_outbox.payments import ledger, paying, served_again
+from django_outbox.payments import ledger, paying
 from django_outbox.payments.lookups import spent_today
 from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.reports import PAYING_ELSEWHERE, STORED_MEANWHILE, Challenge
@@ -146,19 +146,17 @@ def test_an_invoice_being_paid_and_served_to_another_host_holds_that_delivery(
 
 def _stored_meanwhile(patch: pytest.MonkeyPatch, then: Callable[[Challenge], object]) -> None:
     """The ledger reads no stored attempt for the invoice, and ``then(challenge)`` runs
-    before it writes: another worker storing it meanwhile."""
-    read = served_again.stored
-    calls: list[Challenge] = []
+    before it writes: another worker storing it meanwhile.  What the ledger reads after
+    its write is refused is what is stored."""
+    read = ledger.challenge_lookup
 
-    def stored(challenge: Challenge) -> PaymentAttempt | None:
-        calls.append(challenge)
-        if len(calls) == 1:
-            then(challenge)
-            return None
-        return read(challenge)
+    def lookup(delivery_id: int, challenge: Challenge) -> tuple[int, PaymentAttempt | None]:
+        made, _ = read(delivery_id, challenge)
+        then(challenge)
+        patch.setattr(ledger, "challenge_lookup", read)
+        return made, None
 
-    patch.setattr(ledger, "stored", stored)
-    patch.setattr(served_again, "stored", stored)
+    patch.setattr(ledger, "challenge_lookup", lookup)
 
 
 def _paid_elsewhere(challenge: Challenge) -> None:

@@ -134,6 +134,7 @@ def test_a_host_s_concurrency_ramps_from_one_to_per_host_by_a_constant_factor() 
     shares = (-0.5, 0.0, 0.33, 0.34, 0.5, 0.9, 1.0)
     assert [pacing.host_cap(8, share) for share in shares] == [1, 1, 1, 2, 2, 6, 8]
     assert pacing.host_cap(1, 0.0) == pacing.host_cap(1, 1.0) == 1
+    assert pacing.host_cap(8, 2 / 3) == 4
 
 
 def test_the_engine_s_host_caps_follow_the_ramps_the_rate_store_told_of() -> None:
