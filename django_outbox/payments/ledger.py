@@ -1,4 +1,5 @@
-"""Every change of a payment attempt, and of the daily budgets: nothing else writes them.
+"""Every change of a payment attempt (and, through :mod:`~django_outbox.payments.budget`,
+of the daily budgets): nothing else writes them.
 
 ::
 
@@ -26,20 +27,22 @@ deliveries pay at once, each in a slot of its own; one that accepts a token for 
 second delivery sells tokens, and is paid one payment at a time (slot 0).  When a
 payment ends, the deliveries parked for its host are made due at once
 (:func:`record_payments` hands back their ids): all of them once a token-selling host
-accepted its token, one per freed slot on a per-message host.
+accepted its token, one per freed slot on a per-message host; and when a host is learnt
+to charge per message, its due deliveries waiting in their lanes' backlogs come too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from django_outbox.payments import budget
 from django_outbox.payments.batches import Effects, LedgerBatch
 from django_outbox.payments.lookups import (
     bought_meanwhile,
@@ -64,6 +67,7 @@ from django_outbox.payments.reports import (
 from django_outbox.payments.served_again import conflict, reopenable, served_again
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
 from django_outbox.store.parked import release_parked
+from django_outbox.store.queries import due_to_host
 from django_outbox.values.outcomes import AttemptResult, Outcome
 
 
@@ -92,37 +96,15 @@ def prune(older_than: float) -> int:
     return deleted
 
 
-# ------------------------------------------------------------------ budget ---
-
-
-def _reserve(sender: str, day: date, amount: int, budget: int) -> bool:
-    """Add ``amount`` to the sender's spending on ``day`` if it stays within ``budget``.
-
-    The day's row is written only when the conditional update found none to raise (no
-    row yet, or not enough left): one statement per payment, not two."""
-    within = PaymentBudget.objects.filter(sender=sender, day=day, spent_msat__lte=budget - amount)
-    if within.update(spent_msat=F("spent_msat") + amount):
-        return True
-    new = PaymentBudget(sender=sender, day=day)
-    PaymentBudget.objects.bulk_create([new], ignore_conflicts=True)
-    return bool(within.update(spent_msat=F("spent_msat") + amount))
-
-
-def _release(sender: str, day: date, amount: int) -> None:
-    if amount > 0:
-        PaymentBudget.objects.filter(sender=sender, day=day, spent_msat__gte=amount).update(
-            spent_msat=F("spent_msat") - amount
-        )
-
-
 # ----------------------------------------------------------------- outcomes ---
 
 
 @dataclass(frozen=True)
 class Recorded:
     """What :func:`record_payments` made of a batch: the outcomes as the ledger leaves
-    them, and the deliveries it made due at once (parked for a host whose payment
-    ended), to publish ahead of their lanes' backlogs."""
+    them, and the deliveries to publish ahead of their lanes' backlogs: made due at once
+    (parked for a host whose payment ended), or due and waiting for a host it learnt to
+    charge per message."""
 
     outcomes: list[Outcome]
     released: list[int] = field(default_factory=list)
@@ -135,7 +117,9 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
     back at once to pay it (``paying``); over the day's budget it is held to the next
     day, while its host is being paid as much as it may be it is held briefly, and past
     ``MAX_PAYMENTS_PER_DELIVERY`` it is refused.  Commits, then makes due the
-    deliveries parked for the hosts whose payments ended.
+    deliveries parked for the hosts whose payments ended, and hands on, with them, the
+    due deliveries of hosts it learnt to charge per message: each is to pay its own
+    invoice, and would otherwise meet it only when its lane's backlog reaches it.
     """
     if not any(isinstance(outcome.report, PaymentReport) for outcome in outcomes):
         return Recorded(list(outcomes))
@@ -148,7 +132,9 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
         if count is None or count > 0:
             lanes = release_parked(host, PARKED_HOLDS, count)
             released += [pk for ids in lanes.values() for pk in ids]
-    return Recorded(result, released)
+    for host in batch.effects.hasten:
+        released += due_to_host(host)
+    return Recorded(result, list(dict.fromkeys(released)))
 
 
 def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
@@ -192,10 +178,9 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
         )
         spent, day = attempt.amount_msat + fee, day_of(attempt.created_at)
         if attempt.state == PaymentState.FAILED:  # given back too early: take it again
-            budget = PaymentBudget.objects.filter(sender=attempt.sender, day=day)
-            budget.update(spent_msat=F("spent_msat") + spent)
+            budget.spend(attempt.sender, day, spent)
         else:
-            _release(attempt.sender, day, attempt.reserved_msat - spent)
+            budget.give_back(attempt.sender, day, attempt.reserved_msat - spent)
             if effects.per_message(attempt.host):
                 effects.release_some(attempt.host, 1)  # its slot is free
         effects.signals.made.append(attempt.pk)
@@ -207,7 +192,7 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
         if attempt is not None and rows.filter(state=PaymentState.PENDING).update(
             state=PaymentState.FAILED, reason=settlement.reason[:500], reserved_msat=0
         ):
-            _release(attempt.sender, day_of(attempt.created_at), attempt.reserved_msat)
+            budget.give_back(attempt.sender, day_of(attempt.created_at), attempt.reserved_msat)
             effects.signals.failed.append((attempt.pk, settlement.reason))
             effects.release_some(attempt.host, 1)  # one of those waiting pays instead
     elif change is Change.USED:
@@ -280,11 +265,6 @@ def _learn(host: str, per_message: bool, effects: Effects) -> None:
     effects.learnt(host, per_message)
 
 
-def _nextday_of(now: datetime) -> float:
-    midnight = datetime.combine(day_of(now) + timedelta(days=1), datetime.min.time(), tzinfo=UTC)
-    return (midnight - now).total_seconds()
-
-
 def _open(outcome: Outcome, challenge: Challenge, batch: LedgerBatch) -> Outcome:
     """Store ``challenge`` as a pending attempt of the outcome's delivery, within budget.
 
@@ -338,7 +318,7 @@ def _open(outcome: Outcome, challenge: Challenge, batch: LedgerBatch) -> Outcome
                 raise _Changed
             if shared and bought_meanwhile(row.host, row.id, now):
                 raise _BoughtMeanwhile
-            if not _reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
+            if not budget.reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
                 raise _OverBudget
     except _BoughtMeanwhile:
         wait = settings.hold_while_paying
@@ -355,7 +335,12 @@ def _open(outcome: Outcome, challenge: Challenge, batch: LedgerBatch) -> Outcome
             }
         )
         error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
-        return replace(outcome, result=AttemptResult.HELD, error=error, held_for=_nextday_of(now))
+        return replace(
+            outcome,
+            result=AttemptResult.HELD,
+            error=error,
+            held_for=budget.seconds_to_next_day(now),
+        )
     except (IntegrityError, _Changed):
         return conflict(outcome, challenge, batch)
     batch.taken(row.host).add(slot)

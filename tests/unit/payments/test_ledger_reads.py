@@ -14,7 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_outbox.payments import ledger
+from django_outbox.payments import budget, ledger
 from django_outbox.payments.batches import Effects
 from django_outbox.payments.lookups import challenge_lookup, spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentBudget, PaymentHost
@@ -75,14 +75,14 @@ def test_one_query_counts_the_deliverys_payments_and_finds_the_invoices_attempt(
 
 
 def test_the_budget_row_is_written_once_a_day_and_refusals_spend_nothing() -> None:
-    day, budget = date(2026, 1, 2), 3 * PRICE
+    day, limit = date(2026, 1, 2), 3 * PRICE
     with CaptureQueriesContext(connection) as queries:
-        assert ledger._reserve(ACTOR, day, PRICE, budget)  # no row yet: made, then raised
+        assert budget.reserve(ACTOR, day, PRICE, limit)  # no row yet: made, then raised
     first = len(queries)
     with CaptureQueriesContext(connection) as queries:
-        assert ledger._reserve(ACTOR, day, PRICE, budget)
+        assert budget.reserve(ACTOR, day, PRICE, limit)
     assert len(queries) < first == 3
-    assert not ledger._reserve(ACTOR, day, 2 * PRICE, budget)  # over the budget
+    assert not budget.reserve(ACTOR, day, 2 * PRICE, limit)  # over the budget
     assert PaymentBudget.objects.get(sender=ACTOR, day=day).spent_msat == 2 * PRICE
 
 
