@@ -35,9 +35,6 @@ class Effects:
     #: Deliveries released when a host not known to sell tokens accepts its first one:
     #: what they do with it tells how the host charges (``MAX_PARALLEL_PER_HOST``).
     probe: int = 1
-    #: Hosts the batch learnt to charge per message: their due deliveries go ahead of
-    #: their lanes' backlogs, each to meet its own invoice.
-    hasten: set[str] = field(default_factory=set)
     #: Attempt id -> the attempt as the batch just made it paid, until the attempt's next
     #: settlement (its token used, usually in the same report) takes it: not read again.
     paid: dict[int, PaymentAttempt] = field(default_factory=dict)
@@ -51,8 +48,6 @@ class Effects:
     def learnt(self, host: str, per_message: bool) -> None:
         """The ledger stored that ``host`` charges per message (or sells tokens)."""
         self.charges[host] = per_message
-        if per_message:
-            self.hasten.add(host)
 
     def release_all(self, host: str) -> None:
         """Every delivery parked for ``host``: it sells tokens, and one was bought."""

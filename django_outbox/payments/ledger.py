@@ -27,8 +27,7 @@ deliveries pay at once, each in a slot of its own; one that accepts a token for 
 second delivery sells tokens, and is paid one payment at a time (slot 0).  When a
 payment ends, the deliveries parked for its host are made due at once
 (:func:`record_payments` hands back their ids): all of them once a token-selling host
-accepted its token, one per freed slot on a per-message host; and when a host is learnt
-to charge per message, its due deliveries waiting in their lanes' backlogs come too.
+accepted its token, one per freed slot on a per-message host.
 """
 
 from __future__ import annotations
@@ -67,7 +66,6 @@ from django_outbox.payments.reports import (
 from django_outbox.payments.served_again import conflict, reopenable, served_again
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
 from django_outbox.store.parked import release_parked
-from django_outbox.store.queries import due_to_host
 from django_outbox.values.outcomes import AttemptResult, Outcome
 
 
@@ -102,9 +100,8 @@ def prune(older_than: float) -> int:
 @dataclass(frozen=True)
 class Recorded:
     """What :func:`record_payments` made of a batch: the outcomes as the ledger leaves
-    them, and the deliveries to publish ahead of their lanes' backlogs: made due at once
-    (parked for a host whose payment ended), or due and waiting for a host it learnt to
-    charge per message."""
+    them, and the deliveries it made due at once (parked for a host whose payment
+    ended), to publish ahead of their lanes' backlogs."""
 
     outcomes: list[Outcome]
     released: list[int] = field(default_factory=list)
@@ -117,14 +114,14 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
     back at once to pay it (``paying``); over the day's budget it is held to the next
     day, while its host is being paid as much as it may be it is held briefly, and past
     ``MAX_PAYMENTS_PER_DELIVERY`` it is refused.  Commits, then makes due the
-    deliveries parked for the hosts whose payments ended, and hands on, with them, the
-    due deliveries of hosts it learnt to charge per message: each is to pay its own
-    invoice, and would otherwise meet it only when its lane's backlog reaches it.
+    deliveries parked for the hosts whose payments ended.
     """
     if not any(isinstance(outcome.report, PaymentReport) for outcome in outcomes):
         return Recorded(list(outcomes))
     batch = LedgerBatch(settings)
+    senders = {o.message.sender for o in outcomes if isinstance(o.report, PaymentReport)}
     with transaction.atomic():
+        budget.lock_day(senders, day_of(timezone.now()))
         result = [_record(outcome, batch) for outcome in outcomes]
     batch.effects.signals.send()
     released: list[int] = []
@@ -132,9 +129,7 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
         if count is None or count > 0:
             lanes = release_parked(host, PARKED_HOLDS, count)
             released += [pk for ids in lanes.values() for pk in ids]
-    for host in batch.effects.hasten:
-        released += due_to_host(host)
-    return Recorded(result, list(dict.fromkeys(released)))
+    return Recorded(result, released)
 
 
 def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:

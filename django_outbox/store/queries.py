@@ -129,18 +129,6 @@ def due_in_lane(lane: str, limit: int) -> list[int]:
     )
 
 
-def due_to_host(host: str, limit: int = STEP) -> list[int]:
-    """Ids of up to ``limit`` queued deliveries to ``host`` that are due, of every lane,
-    longest due first: those waiting their turn in a lane's backlog (read from the due
-    rows of :func:`queued`, filtered by host)."""
-    return list(
-        queued()
-        .filter(host=host, next_attempt_at__lte=timezone.now())
-        .order_by("next_attempt_at", "id")
-        .values_list("id", flat=True)[:limit]
-    )
-
-
 def expired() -> list[int]:
     """Queued and waiting deliveries whose batch deadline has passed (a step's worth)."""
     return list(

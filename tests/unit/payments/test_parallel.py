@@ -4,8 +4,7 @@ How a host charges is learnt from what it does with its tokens: refusing a token
 accepted once (per message), or accepting one twice (it sells tokens).  A per-message
 host's deliveries pay their own invoices, up to ``MAX_PARALLEL_PER_HOST`` at once,
 each in a slot of its own; a payment that ends makes due the deliveries parked for its
-host, on the priority lane, as is a delivery coming back to pay, and a host learnt to
-charge per message has its due deliveries sent ahead of their lanes' backlogs.
+host, on the priority lane, as is a delivery coming back to pay.
 """
 
 from __future__ import annotations
@@ -125,28 +124,6 @@ def test_a_host_that_refuses_a_token_it_accepted_once_is_learnt_to_charge_per_me
     assert PaymentAttempt.objects.filter(state="pending").count() == 3
     assert {o.result for o in round_of(others)} == {"delivered"}
     assert len(node.payments()) == 4
-
-
-@pytest.mark.usefixtures("configured")
-def test_a_host_learnt_to_charge_per_message_has_its_backlog_sent_ahead(
-    per_message: L402InboxServer, broker: RecordingApp
-) -> None:
-    """Its deliveries due in a lane's backlog go on the priority lane to meet their own
-    invoices, rather than each wait for the backlog to reach it; later ones do not."""
-    first, second = send(*(per_message.url(f"/{n}") for n in range(2)))
-    backlog = send(per_message.url("/backlog"), "https://free.test/inbox")
-    later = send(per_message.url("/later"))
-    Delivery.objects.filter(id__in=backlog).update(lane=Lane.DEFAULT)
-    Delivery.objects.filter(id__in=later).update(next_attempt_at=timezone.now().replace(year=2100))
-    round_of([first])
-    round_of([first])  # paid, its token bought and used
-    broker.clear()
-    assert [o.result for o in round_of([second])] == ["paying"]  # the token refused
-    assert PaymentHost.objects.get(host=per_message.host).per_message
-    assert broker.lanes()[Lane.PRIORITY] == [backlog[0]]
-    broker.clear()
-    assert {o.result for o in round_of([second])} == {"delivered"}
-    assert Lane.PRIORITY not in broker.lanes(), "learnt once: no backlog read again"
 
 
 @pytest.mark.usefixtures("configured")
