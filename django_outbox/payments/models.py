@@ -40,6 +40,8 @@ class PaymentAttempt(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="payments",
+        # No database constraint, as the history's: the prune unlinks these itself.
+        db_constraint=False,
         help_text="The delivery that met the 402 (kept as a record after it is pruned).",
     )
     sender = models.CharField(max_length=2048, help_text="The actor whose budget pays.")

@@ -3,18 +3,21 @@
 The sweeper's prune step.  It deletes in batches of :data:`~django_outbox.store.queries.STEP`
 rows, the longest finished first (a range of the ``(finished_at, state)`` index), each
 batch in a transaction of its own with the rows that depend on them (their history;
-payment records stay, unlinked) and followed by a pause as long (:data:`BUSY`), until
-none is left or the pass has lasted :data:`SHARE` of ``OUTBOX_SWEEP_INTERVAL``: a long
-backlog is worked off pass by pass, a pass ends long before the next one starts (and
-before the sweep's supervisor would call it stuck), no transaction holds many locks
-for long, and the database is left to the workers between batches.  Only finished rows are
+payment records stay, unlinked) and followed by a pause three times as long
+(:data:`BUSY`), until none is left or the pass has lasted :data:`SHARE` of
+``OUTBOX_SWEEP_INTERVAL``: a long backlog is worked off pass by pass, a pass ends long
+before the next one starts (and before the sweep's supervisor would call it stuck), no
+transaction holds many locks for long, and the database is left to the workers between
+batches.  Only finished rows are
 deleted, which no claim, outcome or recovery pass changes, so workers do not wait on a
 prune's locks.
 
 On PostgreSQL a batch is one statement (:func:`one_statement`), its dependents deleted
 or unlinked in the same statement as Django would, without reading the rows into
 Python first: several times faster than Django's collector, which stays the way on
-other databases and whenever a delete signal has receivers.
+other databases and whenever a delete signal has receivers.  The history and the
+payment records link to their delivery without a database constraint, whose check of
+each deleted delivery took three quarters of a batch's time (migration 0012).
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from django_outbox.store.queries import STEP
 
 #: The share of ``OUTBOX_SWEEP_INTERVAL`` one prune pass may last.
 SHARE = 1 / 3
-#: The share of a pass spent deleting: after each batch it pauses for as long as the
-#: batch took (times ``1 / BUSY - 1``), leaving the database and the workers sharing its
-#: cores the rest.
-BUSY = 0.5
+#: The share of a pass spent deleting: after each batch it pauses for ``1 / BUSY - 1``
+#: times as long as the batch took, leaving the database and the workers sharing its
+#: cores the rest (chosen with the large-table benchmark: see docs/benchmarks.md).
+BUSY = 0.25
 
 
 def prune() -> int:
