@@ -9,14 +9,13 @@ in one session:
 - ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim and of the queries that find claimable
   rows (:mod:`bench.plans`), saved to ``bench/results/large-table-plans.txt``;
 - the cpu-bound run (20,000 deliveries to 200 instant hosts, RSA-2048) on the empty
-  tables of ``outbox_bench`` and on the large ones, interleaved, with the claim and
-  record statement times per delivery from ``pg_stat_statements``;
+  tables of ``outbox_bench``, on the large ones, and on the large ones while another
+  process prunes finished rows among the oldest :data:`PRUNED` (:mod:`bench.pruner`,
+  the sweeper's prune pass after pass), round after round, with the claim and record
+  statement times per delivery from ``pg_stat_statements``, and rows pruned per
+  second (the pruned rows are written again before the next session);
 - ``send()`` to 100,000 inboxes on empty and on large tables, interleaved, and the
-  expansion of its rows a worker does next;
-- the cpu-bound run on the large tables while another process prunes finished rows
-  among the oldest :data:`PRUNED` (:mod:`bench.pruner`, the sweeper's prune pass after
-  pass): rows pruned per second, the run's rate and its claim time against the runs
-  without a prune; the pruned rows are written again before the next run.
+  expansion of its rows a worker does next.
 """
 
 from __future__ import annotations
@@ -87,7 +86,7 @@ def prepare(env: Env) -> dict[str, Any]:
 # ------------------------------------------------------------------ the runs -----
 #: The oldest finished deliveries made older than the retention period for the prune
 #: (with ``--quick``, a tenth).
-PRUNED = 2_000_000
+PRUNED = 3_000_000
 #: Inboxes of the ``send()`` runs (with ``--quick``, a tenth).
 SEND_TO = 100_000
 PLANS = RESULTS_DIR / "large-table-plans.txt"
@@ -262,22 +261,25 @@ def run(env: Env, quick: bool) -> dict[str, Any]:
     empty = Tables(_canary(reset_state))
     runs: dict[str, list[dict[str, Any]]] = {"empty": [], "large": []}
     with Farm(env, shape.hosts) as farm:
+        tenth = 10 if quick else 1
+        prunes: list[dict[str, Any]] = []
         for i in range(rounds):
             runs["empty"].append(counted_run(env, farm, shape, empty))
             with using(large):
                 runs["large"].append(counted_run(large, farm, shape, large_tables(marks)))
+                prunes.append(pruning_run(large, farm, shape, marks, PRUNED // tenth))
             log(
                 f"large-table round {i + 1}/{rounds}: empty {runs['empty'][-1]['rate']:.0f}/s, "
-                f"large {runs['large'][-1]['rate']:.0f}/s"
+                f"large {runs['large'][-1]['rate']:.0f}/s, large while pruning "
+                f"{prunes[-1]['run']['rate']:.0f}/s ({prunes[-1]['with_worker_per_s']:.0f} "
+                "deliveries pruned a second)"
             )
-        tenth = 10 if quick else 1
         out["send"] = send_runs(env, large, marks, rounds, SEND_TO // tenth)
-        with using(large):
-            out["prune"] = pruning_run(large, farm, shape, marks, PRUNED // tenth)
-    log(
-        f"large-table: prune {out['prune']['deliveries_per_s']:.0f} deliveries/s, the run "
-        f"{out['prune']['run']['rate']:.0f}/s meanwhile"
-    )
+    out["prune"] = {
+        "with_worker_per_s": summary([p["with_worker_per_s"] for p in prunes]),
+        "rate": summary([p["run"]["rate"] for p in prunes]),
+        "runs": prunes,
+    }
     out["cpu_bound"] = {
         name: {"rate": summary([r["rate"] for r in found]), "runs": found}
         for name, found in runs.items()
@@ -304,7 +306,7 @@ def markdown(out: dict[str, Any]) -> str:
     runs = {
         "empty tables": out["cpu_bound"]["empty"]["runs"],
         "11 million rows": out["cpu_bound"]["large"]["runs"],
-        "11 million rows, a prune running": [out["prune"]["run"]],
+        "11 million rows, a prune running": [p["run"] for p in out["prune"]["runs"]],
     }
     head = "| tables | deliveries/s, runs | " + " | ".join(h for h, _ in COLUMNS.values()) + " |"
     lines = [head, "|---|---|" + "---:|" * len(COLUMNS)]
@@ -314,14 +316,14 @@ def markdown(out: dict[str, Any]) -> str:
             f"{summary([r[k] for r in found])['median']:.{d}f}" for k, (_, d) in COLUMNS.items()
         ]
         lines.append(f"| {name} | {rates} | " + " | ".join(cells) + " |")
-    prune = out["prune"]
-    lines.append(
-        f"\nprune: {prune['deliveries_deleted']:,} deliveries ({prune['rows_deleted']:,} rows "
-        f"with their history) in {prune['prune_s']:.1f} s: {prune['deliveries_per_s']:,.0f} "
-        f"deliveries/s, {prune['rows_per_s']:,.0f} rows/s; while the worker ran: "
-        f"{prune['with_worker_deliveries']:,} in {prune['with_worker_s']:.1f} s, "
-        f"{prune['with_worker_per_s']:,.0f} deliveries/s"
-    )
+    for prune in out["prune"]["runs"]:
+        lines.append(
+            f"prune: {prune['deliveries_deleted']:,} deliveries ({prune['rows_deleted']:,} rows "
+            f"with their history) in {prune['prune_s']:.1f} s: {prune['deliveries_per_s']:,.0f} "
+            f"deliveries/s, {prune['rows_per_s']:,.0f} rows/s; while the worker ran: "
+            f"{prune['with_worker_deliveries']:,} in {prune['with_worker_s']:.1f} s, "
+            f"{prune['with_worker_per_s']:,.0f} deliveries/s"
+        )
     for name, send in out["send"].items():
         ms = send["send_ms"]
         lines.append(
