@@ -210,12 +210,16 @@ class Tables:
 
 
 def reset_state(env: Env) -> None:
-    """Empty the outbox tables and the bench Redis DB (broker queues, cache, breakers)."""
+    """Empty the outbox tables and the bench Redis DB (broker queues, cache, breakers).
+
+    The history is named: its link to the deliveries has no database constraint
+    (migration 0012), so ``CASCADE`` does not reach it."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "TRUNCATE django_outbox_delivery, django_outbox_message RESTART IDENTITY CASCADE"
+            "TRUNCATE django_outbox_attempt, django_outbox_delivery, django_outbox_message "
+            "RESTART IDENTITY CASCADE"
         )
     reset_services(env)
 

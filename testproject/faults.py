@@ -29,6 +29,7 @@ POINTS = {
     "gone": "testproject.demo.keys:gone",
     "signal_receiver": "testproject.faults:settled_receiver",
     "ledger": "django_outbox.payments.extension:record_payments",
+    "store_payment": "django_outbox.payments.settling:store_now",
     "recorder_save": "django_outbox.worker.recorder:save_outcomes",
     "jobs_for": "django_outbox.worker.process:WorkerProcess.jobs_for",
     "recovery_broker": "django_outbox.upkeep.recovery_pass:canary_present",

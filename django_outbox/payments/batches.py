@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from django_outbox.payments.claims import hold_for
+from django_outbox.payments.hold_times import hold_for
 from django_outbox.payments.lookups import host_charges, pending_slots
 from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.notices import PaymentSignals
@@ -38,6 +38,9 @@ class Effects:
     #: Attempt id -> the attempt as the batch just made it paid, until the attempt's next
     #: settlement (its token used, usually in the same report) takes it: not read again.
     paid: dict[int, PaymentAttempt] = field(default_factory=dict)
+    #: Hosts just learnt to charge per message: their deliveries due now go ahead of
+    #: their lanes' backlogs, each to pay its own invoice in its attempt.
+    hasten: set[str] = field(default_factory=set)
 
     def per_message(self, host: str) -> bool | None:
         """How ``host`` charges (read once, then as the ledger learns it)."""
@@ -89,11 +92,24 @@ class LedgerBatch:
         taken = self.taken(host)
         return next((slot for slot in range(width) if slot not in taken), None)
 
-    def held_while_paying(self, outcome: Outcome) -> Outcome:
-        """``outcome`` held while its host is paid as much as it may be, as long as a claim
-        would hold it (longer the more deliveries wait for that host)."""
-        host = outcome.row.host
+    def held_while_paying(self, host: str) -> Verdict:
+        """A hold while ``host`` is paid as much as it may be, as long as a claim would
+        hold it (longer the more deliveries wait for that host)."""
         if host not in self.queued:
             self.queued[host] = queued_per_host([host]).get(host, 0)
         wait = hold_for(self.settings.hold_while_paying, self.queued[host])
-        return replace(outcome, result=AttemptResult.HELD, error=PAYING_ELSEWHERE, held_for=wait)
+        return Verdict(AttemptResult.HELD, PAYING_ELSEWHERE, wait)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the ledger made of a challenge it did not store: the delivery is held
+    (``held_for`` seconds) or refused, with ``error`` on its row."""
+
+    result: AttemptResult
+    error: str
+    held_for: float | None = None
+
+    def applied_to(self, outcome: Outcome) -> Outcome:
+        """``outcome`` (the attempt that met the challenge) ending as this says."""
+        return replace(outcome, result=self.result, error=self.error, held_for=self.held_for)

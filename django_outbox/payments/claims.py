@@ -9,24 +9,21 @@ the payments go one after another and the others will use the token being bought
 one that charges per message up to ``MAX_PARALLEL_PER_HOST`` go at once (a unique
 constraint allows one pending attempt per host and slot).  Each job knows
 when its delivery's lease ends, so that a payment starts only while the lease can
-cover it (:func:`~django_outbox.payments.paying.payment_seconds`).
+cover it (:func:`~django_outbox.payments.settling.payment_seconds`).
 """
 
 from __future__ import annotations
 
-import math
-import random
 import time
 from collections.abc import Sequence
 
 from django_outbox.conf import conf
+from django_outbox.payments.hold_times import hold_for, spread
 from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.paying import PaymentJob, met_402_lately, payment_client
 from django_outbox.store.queries import queued_per_host
 from django_outbox.values.claimed import ClaimedRow
 
-#: Longest hold of a delivery whose host another delivery is paying, in seconds.
-HOLD_LIMIT = 60.0
 #: Hosts whose queue length a process keeps at most.
 _COUNTED_HOSTS = 10_000
 #: Host -> (deliveries queued for it, monotonic time until which that count is used).
@@ -68,9 +65,9 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
         elif row.host not in tokens and (_others(paying, row) or met_402_lately(row.host)):
             held.append(row)
     waiting = _queued({row.host for row in held}, settings.hold_while_paying)
-    spread = _spread()
+    one_spread = spread()
     wait = {
-        row.id: hold_for(settings.hold_while_paying, waiting.get(row.host, 0), spread)
+        row.id: hold_for(settings.hold_while_paying, waiting.get(row.host, 0), one_spread)
         for row in held
     }
     jobs = {
@@ -82,6 +79,7 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
             None if row.host in found.per_message else tokens.get(row.host),
             paying=row.host not in found.per_message and _others(paying, row),
             per_message=row.host in found.per_message,
+            row=row,
         )
         for row in claimed
     }
@@ -91,20 +89,6 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
 def _others(paying: dict[str, set[int | None]], row: ClaimedRow) -> bool:
     """Whether another delivery's payment to the row's host is under way."""
     return bool(paying.get(row.host, set()) - {row.id})
-
-
-def hold_for(base: float, queued: int, spread: float | None = None) -> float:
-    """Seconds to hold a delivery while its host is being paid.
-
-    ``base``, longer the more deliveries wait for that host (``queued``): ``base`` times
-    the power of two at or above ``queued / 2``, up to a minute, so that a long queue
-    comes back rarely; times ``spread`` (0.75 to 1.25, random when not given), so that
-    the deliveries held at different moments come back one after another.  A claim
-    passes one spread for all its holds, and the powers of two leave few distinct
-    values, so that its held deliveries come back in a few messages, not one each.
-    """
-    steps = float(2 ** math.ceil(math.log2(max(1.0, queued / 2))))
-    return min(HOLD_LIMIT, base * steps) * (_spread() if spread is None else spread)
 
 
 def _queued(hosts: set[str], ttl: float) -> dict[str, int]:
@@ -119,7 +103,3 @@ def _queued(hosts: set[str], ttl: float) -> dict[str, int]:
         counts = queued_per_host(stale)
         _counted.update({host: (counts.get(host, 0), now + ttl) for host in stale})
     return {host: _counted[host][0] for host in hosts}
-
-
-def _spread() -> float:
-    return 0.75 + random.random() / 2

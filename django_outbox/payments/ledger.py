@@ -1,5 +1,6 @@
 """Every change of a payment attempt (and, through :mod:`~django_outbox.payments.budget`,
-of the daily budgets): nothing else writes them.
+of the daily budgets): nothing else writes them but
+:mod:`~django_outbox.payments.opening`, which stores new ones.
 
 ::
 
@@ -33,44 +34,27 @@ accepted its token, one per freed slot on a per-message host.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from django_outbox.payments import budget
-from django_outbox.payments.batches import Effects, LedgerBatch
-from django_outbox.payments.lookups import (
-    bought_meanwhile,
-    challenge_lookup,
-    day_of,
-    spent_today,
-)
+from django_outbox.payments.batches import Effects, LedgerBatch, Verdict
+from django_outbox.payments.lookups import day_of
 from django_outbox.payments.models import (
     PaymentAttempt,
     PaymentBudget,
     PaymentHost,
     PaymentState,
 )
-from django_outbox.payments.reports import (
-    BOUGHT_MEANWHILE,
-    PARKED_HOLDS,
-    Challenge,
-    Change,
-    PaymentReport,
-    Settlement,
-)
-from django_outbox.payments.served_again import conflict, reopenable, served_again
+from django_outbox.payments.opening import open_attempt
+from django_outbox.payments.reports import PARKED_HOLDS, Change, PaymentReport, Settlement
 from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
-from django_outbox.store.parked import release_parked
-from django_outbox.values.outcomes import AttemptResult, Outcome
-
-
-def _at(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=UTC)
+from django_outbox.store.parked import due_now, release_parked
+from django_outbox.values.outcomes import Outcome
 
 
 def settle(settlements: Iterable[Settlement]) -> None:
@@ -124,12 +108,20 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
         budget.lock_day(senders, day_of(timezone.now()))
         result = [_record(outcome, batch) for outcome in outcomes]
     batch.effects.signals.send()
+    return Recorded(result, _released(batch.effects))
+
+
+def _released(effects: Effects) -> list[int]:
+    """Make due the parked deliveries that ``effects`` let go, and hand back their ids
+    with those of the deliveries due to hosts just learnt to charge per message."""
     released: list[int] = []
-    for host, count in batch.effects.release.items():
+    for host, count in effects.release.items():
         if count is None or count > 0:
             lanes = release_parked(host, PARKED_HOLDS, count)
             released += [pk for ids in lanes.values() for pk in ids]
-    return Recorded(result, released)
+    for host in effects.hasten:
+        released += due_now(host)
+    return released
 
 
 def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
@@ -140,7 +132,9 @@ def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
         _settle(settlement, batch.effects)
     if report.challenge is None:
         return outcome
-    return _open(outcome, report.challenge, batch)
+    row, sender = outcome.row, outcome.message.sender
+    opened = open_attempt(row.id, row.host, sender, report.challenge, batch)
+    return opened.applied_to(outcome) if isinstance(opened, Verdict) else outcome
 
 
 def _settle(settlement: Settlement, effects: Effects) -> None:
@@ -247,6 +241,7 @@ def _retired(attempt_id: int, reason: str, effects: Effects) -> None:
     if attempt.uses <= 1 and effects.per_message(attempt.host) is not True:
         _learn(attempt.host, True, effects)
         effects.release_some(attempt.host, effects.probe)
+        effects.hasten.add(attempt.host)
 
 
 def _learn(host: str, per_message: bool, effects: Effects) -> None:
@@ -258,111 +253,6 @@ def _learn(host: str, per_message: bool, effects: Effects) -> None:
         per_message=per_message, learnt_at=timezone.now()
     )
     effects.learnt(host, per_message)
-
-
-def _open(outcome: Outcome, challenge: Challenge, batch: LedgerBatch) -> Outcome:
-    """Store ``challenge`` as a pending attempt of the outcome's delivery, within budget.
-
-    The attempt takes a free slot of its host's (one on a host that sells tokens,
-    ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
-    stored by this batch, or committed) it is not tried: the unique constraint would
-    refuse it, after a savepoint and an insert.  Its delivery is held before anything
-    else is read (the payments it made are counted when it meets a 402 with a slot
-    free).  An invoice stored before (its payment hash is unique) is paid again only if
-    it failed unpaid: that attempt is reopened for this delivery
-    (:func:`~.served_again.served_again` says what becomes of the others).
-    """
-    row, sender, settings = outcome.row, outcome.message.sender, batch.settings
-    slot = batch.free_slot(row.host)
-    if slot is None:
-        return batch.held_while_paying(outcome)
-    made, earlier = challenge_lookup(row.id, challenge)
-    if made >= settings.max_payments_per_delivery:
-        error = (
-            f"payment refused: paid {settings.max_payments_per_delivery} times and the "
-            f"destination never accepted ({outcome.error})"
-        )
-        return replace(outcome, result=AttemptResult.REFUSED, error=error)
-    if earlier is not None and not reopenable(earlier):
-        return served_again(outcome, earlier, batch)
-    now = timezone.now()
-    reserve = challenge.amount_msat + settings.max_fee_msat
-    fields = {
-        "delivery_id": row.id,
-        "sender": sender,
-        "host": row.host,
-        "destination": challenge.destination,
-        "scheme": challenge.scheme,
-        "invoice": challenge.invoice,
-        "macaroon": challenge.macaroon,
-        "amount_msat": challenge.amount_msat,
-        "pay_amount_msat": challenge.pay_amount_msat,
-        "reserved_msat": reserve,
-        "created_at": now,
-        "invoice_expires_at": _at(challenge.invoice_expires_at),
-        "expires_at": now + timedelta(seconds=settings.token_lifetime),
-        "slot": slot,
-    }
-    # A host that charges per message opens nothing with another delivery's token.
-    shared = not batch.effects.per_message(row.host)
-    try:
-        with transaction.atomic():
-            if earlier is None:
-                PaymentAttempt.objects.create(payment_hash=challenge.payment_hash, **fields)
-            elif not _reopen(earlier, fields):
-                raise _Changed
-            if shared and bought_meanwhile(row.host, row.id, now):
-                raise _BoughtMeanwhile
-            if not budget.reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
-                raise _OverBudget
-    except _BoughtMeanwhile:
-        wait = settings.hold_while_paying
-        return replace(outcome, result=AttemptResult.HELD, error=BOUGHT_MEANWHILE, held_for=wait)
-    except _OverBudget:
-        batch.effects.signals.over_budget.append(
-            {
-                "delivery": row.id,
-                "actor": sender,
-                "day": day_of(now),
-                "spent_msat": spent_today(sender),
-                "budget_msat": settings.daily_budget_msat,
-                "amount_msat": challenge.amount_msat,
-            }
-        )
-        error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
-        return replace(
-            outcome,
-            result=AttemptResult.HELD,
-            error=error,
-            held_for=budget.seconds_to_next_day(now),
-        )
-    except (IntegrityError, _Changed):
-        return conflict(outcome, challenge, batch)
-    batch.taken(row.host).add(slot)
-    return outcome
-
-
-def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
-    """Make the failed, unpaid ``attempt`` pending again with ``fields`` (this delivery,
-    its sender, a new reservation and lifetime); False if it is no longer failed unpaid."""
-    again = {**fields, "state": PaymentState.PENDING, "reason": "", "preimage": "", "fee_msat": 0}
-    return bool(
-        PaymentAttempt.objects.filter(
-            pk=attempt.pk, state=PaymentState.FAILED, paid_at__isnull=True
-        ).update(**again)
-    )
-
-
-class _Changed(Exception):
-    """Raised inside the savepoint: the attempt to reopen changed since it was read."""
-
-
-class _BoughtMeanwhile(Exception):
-    """Raised inside the savepoint: the host has a token this delivery should try."""
-
-
-class _OverBudget(Exception):
-    """Raised inside the savepoint to undo the attempt just written."""
 
 
 __all__ = [

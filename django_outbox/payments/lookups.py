@@ -66,11 +66,12 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
         if row.state == PaymentState.PENDING and row.host in hosts:
             found.paying.setdefault(row.host, set()).add(row.delivery_id)
         if row.delivery_id in ids and row.delivery_id not in found.attempts:
-            found.attempts[row.delivery_id] = _open_attempt(row)
+            found.attempts[row.delivery_id] = open_attempt_of(row)
     return found
 
 
-def _open_attempt(row: PaymentAttempt) -> OpenAttempt:
+def open_attempt_of(row: PaymentAttempt) -> OpenAttempt:
+    """The attempt ``row`` as a sending thread is handed it (pending, or paid)."""
     return OpenAttempt(
         attempt_id=row.pk,
         destination=row.destination,

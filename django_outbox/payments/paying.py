@@ -39,25 +39,19 @@ the claim let go meets its own 402 and pays its own invoice.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from threading import Lock
-from typing import Any
+from typing import Any, TypeVar
 
 from django.utils.module_loading import import_string
 
-from django_outbox.conf import conf
 from django_outbox.exceptions import OutboxConfigurationError
 from django_outbox.extensions import Exchange, Post
 from django_outbox.payments.challenge import SCHEMES, parse_challenge
-from django_outbox.payments.clients import Payment, PaymentClient, PaymentState
-from django_outbox.payments.errors import (
-    PaymentClientError,
-    PaymentFailed,
-    PaymentRefused,
-    PreimageMismatch,
-)
+from django_outbox.payments.clients import PaymentClient
+from django_outbox.payments.errors import PaymentRefused
 from django_outbox.payments.invoices import check_challenge
 from django_outbox.payments.reports import (
     MET_402_LATELY,
@@ -66,22 +60,16 @@ from django_outbox.payments.reports import (
     Change,
     KeptToken,
     OpenAttempt,
-    PaymentReport,
-    Settlement,
 )
 from django_outbox.payments.settings import PaymentSettings
+from django_outbox.payments.settling import Trail, settle_open, store_and_settle
 from django_outbox.payments.threads import payment_threads
 from django_outbox.transport import BlockedAddress, Response, TransportError
 from django_outbox.transport.target import parse_target
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.values.outcomes import AttemptResult
 
-#: Node calls one payment step may make: a lookup, the payment, and the lookup that a
-#: payment the node refuses ("already paid", "in transition") asks for.
-NODE_CALLS = 3
-#: Seconds one node call is taken to last at most when the client declares no ``timeout``.
-ASSUMED_TIMEOUT = 60.0
-#: Seconds kept after the request for the recorder to save its outcome (as for every send).
-SAVE_MARGIN = 10.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -102,15 +90,18 @@ class PaymentJob:
     #: Whether the host is known to charge per message: every delivery there pays its
     #: own invoice, so a 402 met there is a payment to make, never a reason to wait.
     per_message: bool = False
+    #: The claimed delivery: on a host that charges per message, its attempt stores the
+    #: challenge it meets and pays it at once (None: a job made by hand, which does not).
+    row: ClaimedRow | None = None
 
     @property
     def urgent(self) -> bool:
-        """Whether it carries a payment attempt of its own (to pay, or paid): it goes
-        first, on the engine's urgent loop, and in no host's line.  A paid message does
-        not wait behind unpaid ones, and what bounds its host's payments is the ledger's
-        slots (``MAX_PARALLEL_PER_HOST``), not ``OUTBOX_PER_HOST``: most of its time is
-        the node's, not the host's."""
-        return self.open is not None
+        """Whether it carries a payment attempt of its own (to pay, or paid), or will make
+        one (its host charges per message): it goes first, on the engine's urgent loop,
+        and in no host's line.  A paid message does not wait behind unpaid ones, and what
+        bounds its host's payments is the ledger's slots (``MAX_PARALLEL_PER_HOST``), not
+        ``OUTBOX_PER_HOST``: most of its time is the node's, not the host's."""
+        return self.open is not None or self.per_message
 
     async def exchange(self, url: str, size: int, post: Post) -> Exchange:
         """The attempt, paying and presenting tokens: :func:`exchange`."""
@@ -156,37 +147,6 @@ def payment_client(settings: PaymentSettings) -> PaymentClient:
     return client
 
 
-def payment_seconds(client: PaymentClient) -> float:
-    """The longest a payment step and the request after it may take, in seconds:
-    :data:`NODE_CALLS` calls of the client's ``timeout`` (:data:`ASSUMED_TIMEOUT` if it
-    declares none), two knocks of ``OUTBOX_TOTAL_TIMEOUT`` and :data:`SAVE_MARGIN`."""
-    timeout = getattr(client, "timeout", None)
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-        timeout = ASSUMED_TIMEOUT
-    return NODE_CALLS * float(timeout) + 2 * conf.TOTAL_TIMEOUT + SAVE_MARGIN
-
-
-def _lease_refusal(job: PaymentJob, trail: _Trail) -> Exchange | None:
-    """Why the payment step must not start now, or None: the delivery's lease cannot
-    cover it (given back unpaid, for a claim with a fresh lease), or no lease could
-    (``OUTBOX_LEASE_SECONDS`` too short for the client: retried, and check E017 says so)."""
-    needed, lease = payment_seconds(job.client), conf.LEASE_SECONDS
-    if needed > lease:
-        error = (
-            f"internal: a payment and its request may take {needed:g} s, more than the "
-            f"{lease:g} s lease (OUTBOX_LEASE_SECONDS)"
-        )
-        return trail.ends(AttemptResult.RETRY, error)
-    left = job.lease_ends - time.monotonic()
-    if left < needed:
-        error = (
-            f"released: {max(0.0, left):.0f} s left of its lease cannot cover a payment "
-            f"and its request ({needed:g} s)"
-        )
-        return trail.ends(AttemptResult.RELEASED, error)
-    return None
-
-
 def names_l402(response: Response) -> bool:
     """Whether a 401 answer challenges for L402 (a token refused as 402 would be)."""
     value = response.headers.get("WWW-Authenticate") or ""
@@ -200,77 +160,6 @@ def _host(url: str) -> str:
 
 def _wants_payment(response: Response) -> bool:
     return response.status == 402 or (response.status == 401 and names_l402(response))
-
-
-class _Trail:
-    """The settlements of one exchange, gathered as it goes."""
-
-    def __init__(self) -> None:
-        self.settlements: list[Settlement] = []
-        self.paid_msat = 0
-
-    def add(self, attempt_id: int, change: Change, **details: Any) -> None:
-        self.settlements.append(Settlement(attempt_id, change, **details))
-
-    def report(self, challenge: Challenge | None = None) -> PaymentReport | None:
-        if not self.settlements and challenge is None:
-            return None
-        return PaymentReport(tuple(self.settlements), challenge, self.paid_msat)
-
-    def ends(self, result: AttemptResult, error: str, **extra: Any) -> Exchange:
-        return Exchange(result=result, error=error, report=self.report(), **extra)
-
-
-def _checked(payment: Payment, attempt: OpenAttempt) -> str:
-    """The payment's preimage as hex, if it is the attempt's; else :class:`PreimageMismatch`."""
-    if (
-        payment.payment_hash.lower() != attempt.payment_hash
-        or hashlib.sha256(payment.preimage).hexdigest() != attempt.payment_hash
-    ):
-        raise PreimageMismatch(f"the client's preimage is not that of {attempt.payment_hash[:16]}")
-    return payment.preimage.hex()
-
-
-def _settle_open(job: PaymentJob, trail: _Trail) -> str | Exchange | None:
-    """Bring the delivery's open attempt to a preimage: the ``Authorization`` to send,
-    an :class:`Exchange` that ends the attempt, or None (nothing usable: send bare)."""
-    attempt, client, settings = job.open, job.client, job.settings
-    assert attempt is not None
-    now = time.time()
-    if attempt.state == "paid" and attempt.preimage:
-        return attempt.authorization(attempt.preimage)
-    refusal = _lease_refusal(job, trail)
-    if refusal is not None:
-        return refusal
-    try:
-        status = client.lookup(attempt.payment_hash)
-        if status.state is PaymentState.PENDING:
-            error = f"payment {attempt.payment_hash[:16]} is in flight; asking again later"
-            return trail.ends(AttemptResult.RETRY, error)
-        if status.state is PaymentState.COMPLETE and status.payment is not None:
-            payment = status.payment
-        elif now >= attempt.expires_at or now + settings.expiry_affordance >= (
-            attempt.invoice_expires_at
-        ):
-            trail.add(attempt.attempt_id, Change.FAILED, reason="the invoice ran out unpaid")
-            return None
-        else:
-            payment = client.pay(attempt.invoice, attempt.pay_amount_msat, settings.max_fee_msat)
-        preimage = _checked(payment, attempt)
-    except PaymentFailed as failure:
-        trail.add(attempt.attempt_id, Change.FAILED, reason=str(failure)[:500])
-        return trail.ends(AttemptResult.RETRY, f"payment failed: {failure.reason[:200]}")
-    except PaymentRefused as refusal:
-        trail.add(attempt.attempt_id, Change.FAILED, reason=str(refusal)[:500])
-        return trail.ends(AttemptResult.REFUSED, f"payment refused: {refusal}")
-    except PaymentClientError as error:
-        return trail.ends(AttemptResult.RETRY, f"payment client: {error}"[:500])
-    trail.add(attempt.attempt_id, Change.PAID, preimage=preimage, fee_msat=payment.fee_msat)
-    if now >= attempt.expires_at:
-        reason = "paid, but the token's lifetime ended before it was used"
-        trail.add(attempt.attempt_id, Change.REJECTED, reason=reason)
-        return None
-    return attempt.authorization(preimage)
 
 
 def challenge_of(job: PaymentJob, url: str, size: int, response: Response) -> Exchange | Challenge:
@@ -306,14 +195,23 @@ def challenge_of(job: PaymentJob, url: str, size: int, response: Response) -> Ex
     )
 
 
+async def _on_payment_threads(job: PaymentJob, call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` on the process's payment threads (it asks the node, or stores)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(payment_threads(job.settings), call, *args)
+
+
 async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange:
     """One attempt at ``url`` with payments: ``post(authorization)`` sends the request
     (or none, held, when this process met a payable 402 there a moment ago).
 
-    The payment client blocks (it asks a Lightning node): it runs on the payment
-    threads, never on the loop or its default executor.
+    On a host that charges per message, a claimed delivery without an attempt stores the
+    challenge its 402 brings and pays it (:func:`~.settling.store_and_settle`), then
+    sends again with the token, in this one attempt.  The payment client blocks (it asks
+    a Lightning node): it runs on the payment threads, never on the loop or its default
+    executor.
     """
-    trail = _Trail()
+    trail = Trail()
     authorization: str | None = None
     presented: tuple[int, Change] | None = None  # the attempt whose token goes, and if refused
     # A token is a bearer secret: it goes only where it was bought.
@@ -321,9 +219,7 @@ async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange
     host = _host(url)
     token = job.token if job.token is not None and job.token.host == host else None
     if own is not None:
-        loop = asyncio.get_running_loop()
-        threads = payment_threads(job.settings)
-        settled = await loop.run_in_executor(threads, _settle_open, replace(job, open=own), trail)
+        settled = await _on_payment_threads(job, settle_open, replace(job, open=own), trail)
         if isinstance(settled, Exchange):
             return settled
         if settled is not None:
@@ -337,19 +233,59 @@ async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange
             MET_402_LATELY,
             held_for=job.settings.hold_while_paying,
         )
-    try:
-        response = await post(authorization)
-    except BlockedAddress as error:
-        return trail.ends(AttemptResult.REFUSED, str(error))
-    except TransportError as error:
-        return trail.ends(AttemptResult.RETRY, str(error))
+    while True:  # twice at most: a 402 met without an attempt is paid, and sent again
+        try:
+            response = await post(authorization)
+        except BlockedAddress as error:
+            return trail.ends(AttemptResult.REFUSED, str(error))
+        except TransportError as error:
+            return trail.ends(AttemptResult.RETRY, str(error))
+        answered = _answered(job, url, size, response, trail, own, presented)
+        if not isinstance(answered, Challenge):
+            return answered
+        if own is not None or job.row is None or not job.per_message:
+            if not (job.per_message or (presented is not None and own is None)):
+                _challenged[host] = time.monotonic() + job.settings.hold_while_paying
+            asked = (
+                f"payment required: {answered.amount_msat} msat "
+                f"(invoice {answered.payment_hash[:12]})"
+            )
+            return Exchange(
+                result=AttemptResult.PAYING,
+                status=response.status,
+                error=asked,
+                report=trail.report(answered),
+            )
+        paid = await _on_payment_threads(job, store_and_settle, job, answered, trail)
+        if paid is None:  # its invoice ran out before it was paid: meet the 402 again
+            ran_out = "payment required: its invoice ran out before it could be paid"
+            return trail.ends(AttemptResult.PAYING, ran_out, status=response.status)
+        if isinstance(paid, Exchange):  # the host answered 402: not a server failure
+            return replace(paid, status=response.status)
+        own, authorization = paid
+        presented = (own.attempt_id, Change.REJECTED)
+
+
+def _answered(
+    job: PaymentJob,
+    url: str,
+    size: int,
+    response: Response,
+    trail: Trail,
+    own: OpenAttempt | None,
+    presented: tuple[int, Change] | None,
+) -> Exchange | Challenge:
+    """What an answer ends the exchange with, or the checked challenge of its 402 to pay.
+
+    The token presented is noted used (2xx) or refused (a 402).  A 402 met while another
+    delivery pays the host is held without decoding its invoice."""
     if presented is not None:
         attempt_id, refused = presented
         if 200 <= response.status < 300:
             trail.add(attempt_id, Change.USED)
             if own is not None and attempt_id == own.attempt_id:
                 trail.paid_msat = own.amount_msat
-                _challenged.pop(host, None)  # that payment is over
+                _challenged.pop(_host(url), None)  # that payment is over
         elif _wants_payment(response):
             trail.add(attempt_id, refused, reason=f"HTTP {response.status} to the paid token")
     if not _wants_payment(response):
@@ -358,7 +294,7 @@ async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange
     if (
         own is None
         and not (job.per_message or refused_token)
-        and (job.paying or met_402_lately(host))
+        and (job.paying or met_402_lately(_host(url)))
     ):
         # Its invoice would be decoded (milliseconds) only for the recorder to hold it:
         # the host's payment under way is another delivery's.
@@ -368,15 +304,5 @@ async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange
         )
     found = challenge_of(job, url, size, response)
     if isinstance(found, Exchange):
-        return Exchange(
-            result=found.result, status=found.status, error=found.error, report=trail.report()
-        )
-    if not (job.per_message or refused_token):
-        _challenged[host] = time.monotonic() + job.settings.hold_while_paying
-    asked = f"payment required: {found.amount_msat} msat (invoice {found.payment_hash[:12]})"
-    return Exchange(
-        result=AttemptResult.PAYING,
-        status=response.status,
-        error=asked,
-        report=trail.report(found),
-    )
+        return replace(found, report=trail.report())
+    return found

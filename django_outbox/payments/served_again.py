@@ -6,22 +6,20 @@ pending).  When either constraint stands in the way, what is stored decides, nev
 the database's refusal: an invoice that failed unpaid may be paid again
 (:func:`reopenable`, the ledger reopens it); one being paid is waited for; one paid
 already buys nothing (:func:`served_again`); a refused write is read again
-(:func:`conflict`).  These read, and decide the delivery's outcome; the writes are
-:mod:`~django_outbox.payments.ledger`'s.
+(:func:`conflict`).  These read, and decide what the delivery does; the writes are
+:mod:`~django_outbox.payments.opening`'s.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from django.utils import timezone
 
-from django_outbox.payments.batches import LedgerBatch
+from django_outbox.payments.batches import LedgerBatch, Verdict
 from django_outbox.payments.errors import Reason
 from django_outbox.payments.lookups import bought_meanwhile
 from django_outbox.payments.models import PaymentAttempt, PaymentState
 from django_outbox.payments.reports import BOUGHT_MEANWHILE, STORED_MEANWHILE, Challenge
-from django_outbox.values.outcomes import AttemptResult, Outcome
+from django_outbox.values.outcomes import AttemptResult
 
 
 def stored(challenge: Challenge) -> PaymentAttempt | None:
@@ -35,8 +33,11 @@ def reopenable(attempt: PaymentAttempt) -> bool:
     return attempt.state == PaymentState.FAILED and attempt.paid_at is None
 
 
-def served_again(outcome: Outcome, earlier: PaymentAttempt, batch: LedgerBatch) -> Outcome:
-    """The delivery of a 402 whose invoice is stored already, and is not to be paid again.
+def served_again(
+    delivery_id: int, host: str, earlier: PaymentAttempt, batch: LedgerBatch
+) -> Verdict:
+    """What becomes of the delivery of a 402 whose invoice is stored already, and is not
+    to be paid again.
 
     Pending: that invoice is being paid (for another delivery, or host), so it is held
     as any delivery whose host is being paid.  Paid: paying it again buys nothing; the
@@ -44,32 +45,28 @@ def served_again(outcome: Outcome, earlier: PaymentAttempt, batch: LedgerBatch) 
     refused (``invoice_already_paid``): a host that serves a paid invoice again will not
     take our payment for this message.
     """
-    row = outcome.row
     if earlier.state == PaymentState.PENDING:
-        return batch.held_while_paying(outcome)
-    shared = not batch.effects.per_message(row.host)
-    if shared and bought_meanwhile(row.host, row.id, timezone.now()):
-        wait = batch.settings.hold_while_paying
-        return replace(outcome, result=AttemptResult.HELD, error=BOUGHT_MEANWHILE, held_for=wait)
+        return batch.held_while_paying(host)
+    shared = not batch.effects.per_message(host)
+    if shared and bought_meanwhile(host, delivery_id, timezone.now()):
+        return Verdict(AttemptResult.HELD, BOUGHT_MEANWHILE, batch.settings.hold_while_paying)
     error = (
         f"payment refused: {Reason.INVOICE_ALREADY_PAID.value}: the destination served "
         f"invoice {earlier.payment_hash[:12]} again, paid on "
         f"{(earlier.paid_at or earlier.created_at):%Y-%m-%d %H:%M:%S} UTC"
     )
-    return replace(outcome, result=AttemptResult.REFUSED, error=error)
+    return Verdict(AttemptResult.REFUSED, error)
 
 
-def conflict(outcome: Outcome, challenge: Challenge, batch: LedgerBatch) -> Outcome:
-    """The delivery of a challenge that a unique constraint refused, as what is stored
-    now says: its host's slots all taken (payments under way), or the invoice's attempt
-    (:func:`served_again`).  Neither (a slot taken meanwhile by another worker, a row
-    changed since): held briefly, to meet the 402 again and look again."""
-    row = outcome.row
-    batch.slots.pop(row.host, None)
-    if batch.free_slot(row.host) is None:
-        return batch.held_while_paying(outcome)
+def conflict(delivery_id: int, host: str, challenge: Challenge, batch: LedgerBatch) -> Verdict:
+    """What becomes of the delivery of a challenge that a unique constraint refused, as
+    what is stored now says: its host's slots all taken (payments under way), or the
+    invoice's attempt (:func:`served_again`).  Neither (a slot taken meanwhile by another
+    worker, a row changed since): held briefly, to meet the 402 again and look again."""
+    batch.slots.pop(host, None)
+    if batch.free_slot(host) is None:
+        return batch.held_while_paying(host)
     earlier = stored(challenge)
     if earlier is not None and not reopenable(earlier):
-        return served_again(outcome, earlier, batch)
-    wait = batch.settings.hold_while_paying
-    return replace(outcome, result=AttemptResult.HELD, error=STORED_MEANWHILE, held_for=wait)
+        return served_again(delivery_id, host, earlier, batch)
+    return Verdict(AttemptResult.HELD, STORED_MEANWHILE, batch.settings.hold_while_paying)

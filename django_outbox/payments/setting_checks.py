@@ -8,8 +8,9 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error
 
 from django_outbox.conf import conf
-from django_outbox.payments.paying import payment_client, payment_seconds
+from django_outbox.payments.paying import payment_client
 from django_outbox.payments.settings import DEFAULTS, problems
+from django_outbox.payments.settling import payment_seconds
 
 
 def _check_id(key: str) -> str:

@@ -33,7 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYMENTS_PER_DELIVERY": 3,
     "HOLD_WHILE_PAYING": 1.0,
     "CLIENT_THREADS": 8,
-    "MAX_PARALLEL_PER_HOST": 16,
+    "MAX_PARALLEL_PER_HOST": 32,
 }
 #: Settings that must be positive numbers.
 POSITIVE = (

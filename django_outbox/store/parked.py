@@ -5,7 +5,8 @@ the database until its hold ends (:func:`~django_outbox.store.transitions.park`)
 ``queued``, due later, with no message on the broker and its ``last_error`` saying why
 it waits.  When what it waited for happens sooner (the host resumed, or what an
 extension waited for came), :func:`release_parked` makes it due at once and hands back
-its id to publish, rather than leave it to its hold timer and the recovery pass.
+its id to publish, rather than leave it to its hold timer and the recovery pass;
+:func:`due_now` hands back those of a host already due, to publish ahead of the rest.
 Only rows still queued and parked for the given reasons are touched, so a delivery
 that moved on meanwhile is left alone.
 """
@@ -43,3 +44,15 @@ def release_parked(
     if rows:
         parked.filter(id__in=[pk for pk, _ in rows]).update(next_attempt_at=now, dispatched_at=now)
     return by_lane(rows)
+
+
+def due_now(host: str, limit: int = STEP) -> list[int]:
+    """The ids of the ``limit`` queued deliveries to ``host`` due first among those due
+    now, marked dispatched now: to publish ahead of their lanes' backlogs when what
+    they wait for has just become quick (a host learnt to be paid per message)."""
+    now = timezone.now()
+    due = Delivery.objects.filter(host=host, state=DeliveryState.QUEUED, next_attempt_at__lte=now)
+    ids = list(due.order_by("next_attempt_at", "id").values_list("id", flat=True)[:limit])
+    if ids:
+        Delivery.objects.filter(id__in=ids).update(dispatched_at=now)
+    return ids

@@ -14,7 +14,7 @@ import pytest
 
 from django_outbox import outbox
 from django_outbox.models import Delivery, DeliveryState
-from django_outbox.payments.models import PaymentAttempt
+from django_outbox.payments.models import PaymentAttempt, PaymentHost
 from testproject.demo.keys import ACTOR
 from testproject.inbox_servers import Behaviour, InboxServer, ServerFarm
 from testproject.lightning.l402_inbox import L402Gate, Mode
@@ -140,3 +140,34 @@ def test_a_fault_in_the_ledger_while_outcomes_are_recorded(
         wait_until(lambda: finished(_ids(charging)), BOUND + 30)
     assert states(_ids(charging)) == [DeliveryState.DELIVERED] * 3
     assert len(lightning.node.payments()) == 3, "each paid delivery paid once"
+
+
+#: Seconds an armed hang holds one delivery's store of its payment.
+STORE_HANG = 20.0
+
+
+@pytest.mark.parametrize("kind", ["raise", "hang"])
+def test_a_fault_storing_a_payment_in_the_attempt_that_met_the_402(
+    chaos_workers: Workers, lightning: Lightning, faults: Faults, redis_url: str, kind: str
+) -> None:
+    """Storing the challenge of a per-message host's 402 (the attempt's own store, before
+    it pays) raises or hangs once: that delivery alone waits, nothing is paid for it
+    until its attempt is stored, and every delivery is paid exactly once."""
+    worker = start(chaos_workers, redis_url, OUTBOX_PAYMENTS=lightning.settings())
+    faults.arm("store_payment", kind, seconds=STORE_HANG)
+    with Farm(HOSTS) as farm, lightning.inbox(mode=Mode.PER_MESSAGE) as paid:
+        PaymentHost.objects.create(host=paid.host, per_message=True)
+        free = farm.inboxes(FAN_OUT)
+        charging = [paid.url(f"/users/{n}/inbox") for n in range(6)]
+        outbox.send(ACTOR, NOTE, free + charging)
+        (firing,) = faults.wait_fired()
+        # The others are paid while the one store hangs.
+        wait_until(lambda: len(lightning.node.payments()) >= 5, BOUND)
+        if kind == "hang":
+            assert time.time() < firing.at + STORE_HANG, "the others did not wait for it"
+        check(f"store_payment {kind}", farm, free, firing, worker)
+        wait_until(lambda: finished(_ids(charging)), BOUND + STORE_HANG)
+    assert states(_ids(charging)) == [DeliveryState.DELIVERED] * 6
+    assert len(lightning.node.payments()) == 6, "each paid delivery paid once"
+    per_delivery = PaymentAttempt.objects.filter(paid_at__isnull=False)
+    assert sorted(per_delivery.values_list("delivery_id", flat=True)) == _ids(charging)

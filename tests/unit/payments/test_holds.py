@@ -7,7 +7,7 @@ import time
 import pytest
 
 from django_outbox.payments import paying
-from django_outbox.payments.claims import HOLD_LIMIT, hold_for
+from django_outbox.payments.hold_times import HOLD_LIMIT, hold_for
 from django_outbox.payments.reports import Change, KeptToken
 from django_outbox.values.outcomes import AttemptResult
 from testproject.lightning.issuer import InvoiceIssuer
@@ -25,12 +25,12 @@ from tests.unit.payments.test_paying import (
 
 
 def test_the_hold_grows_in_powers_of_two_with_the_queue_up_to_the_limit() -> None:
-    holds = [hold_for(1.0, queued, spread=1.0) for queued in (0, 2, 3, 5, 16, 30, 1000)]
+    holds = [hold_for(1.0, queued, factor=1.0) for queued in (0, 2, 3, 5, 16, 30, 1000)]
     assert holds == [1.0, 1.0, 2.0, 4.0, 8.0, 16.0, HOLD_LIMIT]
 
 
 def test_one_spread_gives_one_hold_per_queue_length() -> None:
-    assert hold_for(2.0, 30, spread=0.8) == hold_for(2.0, 31, spread=0.8) == 2.0 * 16 * 0.8
+    assert hold_for(2.0, 30, factor=0.8) == hold_for(2.0, 31, factor=0.8) == 2.0 * 16 * 0.8
 
 
 def test_without_a_spread_the_hold_is_spread_at_random_around_it() -> None:

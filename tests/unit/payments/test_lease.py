@@ -25,15 +25,10 @@ from django_outbox.conf import conf
 from django_outbox.payments import extension
 from django_outbox.payments.clients import Payment, PaymentStatus
 from django_outbox.payments.clients.lnd import LndRestClient
-from django_outbox.payments.paying import (
-    ASSUMED_TIMEOUT,
-    Exchange,
-    PaymentJob,
-    exchange,
-    payment_seconds,
-)
+from django_outbox.payments.paying import Exchange, PaymentJob, exchange
 from django_outbox.payments.reports import OpenAttempt
 from django_outbox.payments.settings import read_payments
+from django_outbox.payments.settling import ASSUMED_TIMEOUT, payment_seconds
 from django_outbox.payments.threads import payment_threads, stop_payment_threads
 from django_outbox.transport import Response
 from django_outbox.values.outcomes import AttemptResult

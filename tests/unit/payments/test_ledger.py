@@ -110,6 +110,7 @@ def test_a_kept_token_opens_the_host_again_without_paying(
     assert token.preimage not in repr(token)
 
 
+@pytest.mark.django_db(transaction=True)  # the third pays at once, on a payment thread
 @pytest.mark.usefixtures("configured")
 def test_a_host_that_charges_per_message_is_paid_each_time(
     issuer: InvoiceIssuer, node: FakeNode

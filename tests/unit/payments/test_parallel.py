@@ -10,6 +10,7 @@ host, on the priority lane, as is a delivery coming back to pay.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from django.db import IntegrityError, transaction
@@ -17,16 +18,34 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Lane
+from django_outbox.payments.batches import Verdict
 from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.models import PaymentAttempt, PaymentHost
-from django_outbox.payments.reports import PAID_AT_CLAIM, PAYING_ELSEWHERE
-from django_outbox.worker.recorder import apply_outcomes
+from django_outbox.payments.opening import store_now
+from django_outbox.payments.reports import PAID_AT_CLAIM, PAYING_ELSEWHERE, Challenge, OpenAttempt
+from django_outbox.values.outcomes import AttemptResult
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402InboxServer, Mode
 from testproject.lightning.lnd import FakeLndServer
 from testproject.lightning.node import FakeNode
 from tests.support.broker import RecordingApp
-from tests.support.payment_rounds import attempted, payments, recorded, round_of, send, serve
+from tests.support.payment_rounds import (
+    PRICE,
+    attempted,
+    payments,
+    recorded,
+    round_of,
+    send,
+    serve,
+)
+from tests.unit.payments.test_paying import (
+    BODY_SIZE,
+    SETTINGS,
+    Inbox,
+    challenge_from,
+    exchanged,
+    job,
+)
 
 pytestmark = [
     pytest.mark.django_db,
@@ -55,54 +74,56 @@ def _due(ids: list[int]) -> set[int]:
     return set(rows.filter(next_attempt_at__lte=timezone.now()).values_list("id", flat=True))
 
 
+@pytest.mark.django_db(transaction=True)  # payments are stored on the payment threads
 @pytest.mark.usefixtures("three_at_once")
-def test_a_per_message_host_is_paid_in_parallel_up_to_the_cap(
+def test_a_per_message_host_is_paid_in_parallel_in_the_attempt_that_met_its_402(
     per_message: L402InboxServer, node: FakeNode, broker: RecordingApp
 ) -> None:
     PaymentHost.objects.create(host=per_message.host, per_message=True)
     ids = send(*(per_message.url(f"/{n}") for n in range(5)))
-    plan = apply_outcomes(attempted(ids))
-    outcomes = [outcome for outcome, _ in plan.decided]
-    assert sorted(o.result for o in outcomes) == ["paying"] * 3
-    paying = sorted(o.row.id for o in outcomes)
+    sent = attempted(ids)
+    assert sorted(o.result for o in sent) == ["delivered"] * 3
+    paid = sorted(o.row.id for o in sent)
+    assert [o.report.paid_msat for o in sent if o.report] == [PRICE] * 3
+    # Each stored in a slot of its own, committed before the node was asked; still
+    # pending until the recorder saves what the attempts report.
     pending = PaymentAttempt.objects.filter(state="pending")
     assert sorted(pending.values_list("slot", flat=True)) == [0, 1, 2]
-    assert sorted(pending.values_list("delivery_id", flat=True)) == paying
-    parked = set(ids) - set(paying)
-    assert (
-        set(
-            Delivery.objects.filter(id__in=parked, last_error=PAID_AT_CLAIM).values_list(
-                "id", flat=True
-            )
-        )
-        == parked
-    )
-    assert plan.retries == {0: {Lane.PRIORITY: paying}}, "to pay: ahead of the backlog"
-
-    done = round_of(paying)
-    assert {o.result for o in done} == {"delivered"}
+    assert sorted(pending.values_list("delivery_id", flat=True)) == paid
     assert len(node.payments()) == 3
+    parked = set(ids) - set(paid)
+    held = Delivery.objects.filter(id__in=parked, last_error=PAID_AT_CLAIM)
+    assert set(held.values_list("id", flat=True)) == parked
+    assert not _due(list(parked))
+
+    broker.clear()
+    recorded(sent)
     # Three slots freed: the two parked deliveries are due at once, on the priority lane.
     assert _due(list(parked)) == parked
     assert set(broker.lanes()[Lane.PRIORITY]) == parked
     assert set(PaymentAttempt.objects.values_list("state", flat=True)) == {"used"}
     assert not claim_lookup([], [per_message.host]).tokens, "each token retired as used"
+    assert {o.result for o in round_of(list(parked))} == {"delivered"}
+    assert len(node.payments()) == 5
 
 
 @pytest.mark.usefixtures("three_at_once")
-def test_a_recorder_finding_every_slot_taken_parks_the_challenge(
-    per_message: L402InboxServer, broker: RecordingApp
+def test_a_challenge_finding_every_slot_taken_is_held_not_stored(
+    per_message: L402InboxServer, node: FakeNode, lnd: FakeLndServer
 ) -> None:
-    """Slots taken by another worker's payments after this claim: held, not stored."""
+    """Slots taken by other workers' payments after this claim: held, nothing stored."""
     PaymentHost.objects.create(host=per_message.host, per_message=True)
-    first = send(*(per_message.url(f"/a{n}") for n in range(3)))
-    late = send(per_message.url("/late"))
-    sent = attempted(late)
-    round_of(first)  # three payments stored meanwhile
-    assert recorded(sent) == []
-    row = Delivery.objects.get(pk=late[0])
-    assert (row.state, row.last_error, row.attempts) == ("queued", PAYING_ELSEWHERE, 0)
+    late, *first = send(*(per_message.url(f"/{n}") for n in range(4)))
+    for pk in first:
+        assert isinstance(
+            store_now(pk, per_message.host, _challenge(per_message, lnd), THREE), OpenAttempt
+        )
+    held = store_now(late, per_message.host, _challenge(per_message, lnd), THREE)
+    assert held == Verdict(AttemptResult.HELD, PAYING_ELSEWHERE, held.held_for)
+    assert held.held_for is not None and held.held_for > 0
     assert PaymentAttempt.objects.filter(state="pending").count() == 3
+    assert not PaymentAttempt.objects.filter(delivery_id=late).exists()
+    assert node.payments() == []
 
 
 @pytest.mark.usefixtures("configured")
@@ -127,6 +148,23 @@ def test_a_host_that_refuses_a_token_it_accepted_once_is_learnt_to_charge_per_me
 
 
 @pytest.mark.usefixtures("configured")
+def test_a_host_learnt_to_charge_per_message_has_its_due_deliveries_published_ahead(
+    per_message: L402InboxServer, broker: RecordingApp
+) -> None:
+    """Deliveries due to it go on the priority lane at once, each to pay its own, rather
+    than wait for their lanes' backlogs to reach them."""
+    first, second = send(per_message.url("/1"), per_message.url("/2"))
+    round_of([first])
+    assert [o.result for o in round_of([first])] == ["delivered"]  # a token kept
+    [waiting] = send(per_message.url("/3"))
+    broker.clear()
+    assert [o.result for o in round_of([second])] == ["paying"]  # the token refused
+    assert PaymentHost.objects.get(host=per_message.host).per_message
+    assert waiting in broker.lanes()[Lane.PRIORITY]
+    assert _due([waiting]) == {waiting}
+
+
+@pytest.mark.usefixtures("configured")
 def test_a_host_that_takes_a_token_twice_sells_tokens_and_frees_all_its_waiting(
     inbox: L402InboxServer, node: FakeNode, broker: RecordingApp
 ) -> None:
@@ -144,11 +182,23 @@ def test_a_host_that_takes_a_token_twice_sells_tokens_and_frees_all_its_waiting(
 
 
 @pytest.mark.usefixtures("configured")
-def test_never_two_payments_under_way_for_one_delivery(per_message: L402InboxServer) -> None:
+def test_never_two_payments_under_way_for_one_delivery(
+    per_message: L402InboxServer, lnd: FakeLndServer
+) -> None:
     PaymentHost.objects.create(host=per_message.host, per_message=True)
     [pk] = send(per_message.url())
-    round_of([pk])
+    store_now(pk, per_message.host, _challenge(per_message, lnd), THREE)
     attempt = PaymentAttempt.objects.get()
     attempt.pk, attempt.payment_hash, attempt.slot = None, "ab" * 32, 1
     with pytest.raises(IntegrityError), transaction.atomic():
         attempt.save()
+
+
+#: Payment settings with three slots per host, for :func:`store_now` called by hand.
+THREE = replace(SETTINGS, max_parallel_per_host=3)
+
+
+def _challenge(server: L402InboxServer, lnd: FakeLndServer) -> Challenge:
+    """A checked challenge of a new invoice from ``server``, met by an attempt."""
+    met = exchanged(job(lnd, per_message=True), server.url(), BODY_SIZE, Inbox(server.gate))
+    return challenge_from(met)

@@ -16,7 +16,7 @@ import pytest
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Message
-from django_outbox.payments import ledger, paying
+from django_outbox.payments import opening, paying
 from django_outbox.payments.lookups import spent_today
 from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.reports import PAYING_ELSEWHERE, STORED_MEANWHILE, Challenge
@@ -148,15 +148,15 @@ def _stored_meanwhile(patch: pytest.MonkeyPatch, then: Callable[[Challenge], obj
     """The ledger reads no stored attempt for the invoice, and ``then(challenge)`` runs
     before it writes: another worker storing it meanwhile.  What the ledger reads after
     its write is refused is what is stored."""
-    read = ledger.challenge_lookup
+    read = opening.challenge_lookup
 
     def lookup(delivery_id: int, challenge: Challenge) -> tuple[int, PaymentAttempt | None]:
         made, _ = read(delivery_id, challenge)
         then(challenge)
-        patch.setattr(ledger, "challenge_lookup", read)
+        patch.setattr(opening, "challenge_lookup", read)
         return made, None
 
-    patch.setattr(ledger, "challenge_lookup", lookup)
+    patch.setattr(opening, "challenge_lookup", lookup)
 
 
 def _paid_elsewhere(challenge: Challenge) -> None:
@@ -205,7 +205,7 @@ def test_a_conflict_that_nothing_stored_explains_is_held_briefly_to_look_again(
     a_moment_later()
     [challenged] = attempted([pk])
     with monkeypatch.context() as patch:
-        patch.setattr(ledger, "_reopen", _gone)
+        patch.setattr(opening, "_reopen", _gone)
         assert recorded([challenged]) == []  # parked
     row = Delivery.objects.get(pk=pk)
     assert (row.state, row.last_error) == ("queued", STORED_MEANWHILE)

@@ -1,0 +1,163 @@
+"""Storing a checked ``402`` challenge as a pending attempt, committed before anything is paid.
+
+Two callers.  The recorder stores the challenges of a batch of outcomes
+(:func:`~django_outbox.payments.ledger.record_payments`), and their deliveries come
+back to pay.  A delivery to a host known to charge per message stores its own at once
+(:func:`store_now`, on a payment thread, in a transaction of its own) and pays it in the
+same attempt: one claim, one trip through the broker and one recording instead of two.
+Either way the attempt takes a free slot of its host's, within the sender's budget, and
+the invoice's earlier attempt (its payment hash is unique) decides whether it may be
+paid again (:mod:`~django_outbox.payments.served_again`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from django_outbox.models import Message
+from django_outbox.payments import budget
+from django_outbox.payments.batches import LedgerBatch, Verdict
+from django_outbox.payments.lookups import (
+    bought_meanwhile,
+    challenge_lookup,
+    day_of,
+    open_attempt_of,
+    spent_today,
+)
+from django_outbox.payments.models import PaymentAttempt, PaymentState
+from django_outbox.payments.reports import BOUGHT_MEANWHILE, Challenge, OpenAttempt
+from django_outbox.payments.served_again import conflict, reopenable, served_again
+from django_outbox.payments.settings import PaymentSettings
+from django_outbox.values.outcomes import AttemptResult
+
+
+def store_now(
+    delivery_id: int, host: str, challenge: Challenge, settings: PaymentSettings
+) -> OpenAttempt | Verdict:
+    """Store the challenge a delivery met at ``host`` as its pending attempt, committed
+    when this returns: the attempt to pay now, or why it is held or refused instead.
+
+    For a delivery still claimed by the caller, whose attempt pays it next.  The day's
+    budget row is locked first, as the recorder's ledger does (see
+    :func:`~django_outbox.payments.budget.lock_day`).  Raises what the database raises:
+    nothing is stored then, and nothing may be paid."""
+    batch = LedgerBatch(settings)
+    sender = Message.objects.filter(deliveries__id=delivery_id).values_list("sender", flat=True)
+    with transaction.atomic():
+        found = sender.first()
+        if found is None:  # pruned meanwhile: nothing to pay for
+            return Verdict(AttemptResult.REFUSED, "internal: the delivery is gone")
+        budget.lock_day([found], day_of(timezone.now()))
+        opened = open_attempt(delivery_id, host, found, challenge, batch)
+    batch.effects.signals.send()
+    if isinstance(opened, Verdict):
+        return opened
+    return open_attempt_of(PaymentAttempt.objects.get(pk=opened))
+
+
+def open_attempt(
+    delivery_id: int, host: str, sender: str, challenge: Challenge, batch: LedgerBatch
+) -> int | Verdict:
+    """Store ``challenge`` as a pending attempt of the delivery, within budget: its id,
+    or what the delivery is to do instead (in the caller's transaction).
+
+    The attempt takes a free slot of its host's (one on a host that sells tokens,
+    ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
+    stored by this batch, or committed) it is not tried: the unique constraint would
+    refuse it, after a savepoint and an insert.  Its delivery is held before anything
+    else is read (the payments it made are counted when it meets a 402 with a slot
+    free).  An invoice stored before is paid again only if it failed unpaid: that
+    attempt is reopened for this delivery.
+    """
+    settings = batch.settings
+    slot = batch.free_slot(host)
+    if slot is None:
+        return batch.held_while_paying(host)
+    made, earlier = challenge_lookup(delivery_id, challenge)
+    if made >= settings.max_payments_per_delivery:
+        error = (
+            f"payment refused: paid {settings.max_payments_per_delivery} times and the "
+            f"destination never accepted (asked {challenge.amount_msat} msat, invoice "
+            f"{challenge.payment_hash[:12]})"
+        )
+        return Verdict(AttemptResult.REFUSED, error)
+    if earlier is not None and not reopenable(earlier):
+        return served_again(delivery_id, host, earlier, batch)
+    now = timezone.now()
+    reserve = challenge.amount_msat + settings.max_fee_msat
+    fields = {
+        "delivery_id": delivery_id,
+        "sender": sender,
+        "host": host,
+        "destination": challenge.destination,
+        "scheme": challenge.scheme,
+        "invoice": challenge.invoice,
+        "macaroon": challenge.macaroon,
+        "amount_msat": challenge.amount_msat,
+        "pay_amount_msat": challenge.pay_amount_msat,
+        "reserved_msat": reserve,
+        "created_at": now,
+        "invoice_expires_at": datetime.fromtimestamp(challenge.invoice_expires_at, tz=UTC),
+        "expires_at": now + timedelta(seconds=settings.token_lifetime),
+        "slot": slot,
+    }
+    # A host that charges per message opens nothing with another delivery's token.
+    shared = not batch.effects.per_message(host)
+    try:
+        with transaction.atomic():
+            if earlier is None:
+                pk = PaymentAttempt.objects.create(payment_hash=challenge.payment_hash, **fields).pk
+            elif _reopen(earlier, fields):
+                pk = earlier.pk
+            else:
+                raise _Changed
+            if shared and bought_meanwhile(host, delivery_id, now):
+                raise _BoughtMeanwhile
+            if not budget.reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
+                raise _OverBudget
+    except _BoughtMeanwhile:
+        return Verdict(AttemptResult.HELD, BOUGHT_MEANWHILE, settings.hold_while_paying)
+    except _OverBudget:
+        batch.effects.signals.over_budget.append(
+            {
+                "delivery": delivery_id,
+                "actor": sender,
+                "day": day_of(now),
+                "spent_msat": spent_today(sender),
+                "budget_msat": settings.daily_budget_msat,
+                "amount_msat": challenge.amount_msat,
+            }
+        )
+        error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
+        return Verdict(AttemptResult.HELD, error, budget.seconds_to_next_day(now))
+    except (IntegrityError, _Changed):
+        return conflict(delivery_id, host, challenge, batch)
+    batch.taken(host).add(slot)
+    return pk
+
+
+def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
+    """Make the failed, unpaid ``attempt`` pending again with ``fields`` (this delivery,
+    its sender, a new reservation and lifetime); False if it is no longer failed unpaid."""
+    again = {**fields, "state": PaymentState.PENDING, "reason": "", "preimage": "", "fee_msat": 0}
+    return bool(
+        PaymentAttempt.objects.filter(
+            pk=attempt.pk, state=PaymentState.FAILED, paid_at__isnull=True
+        ).update(**again)
+    )
+
+
+class _Changed(Exception):
+    """Raised inside the savepoint: the attempt to reopen changed since it was read."""
+
+
+class _BoughtMeanwhile(Exception):
+    """Raised inside the savepoint: the host has a token this delivery should try."""
+
+
+class _OverBudget(Exception):
+    """Raised inside the savepoint to undo the attempt just written."""
