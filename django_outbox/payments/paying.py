@@ -219,7 +219,7 @@ async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange
     host = _host(url)
     token = job.token if job.token is not None and job.token.host == host else None
     if own is not None:
-        settled = await _on_payment_threads(job, settle_open, replace(job, open=own), trail)
+        settled = await _on_payment_threads(job, settle_open, job, own, trail)
         if isinstance(settled, Exchange):
             return settled
         if settled is not None:

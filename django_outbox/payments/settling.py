@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from django.db import DatabaseError, connections
 
@@ -36,10 +35,9 @@ from django_outbox.payments.reports import (
     PaymentReport,
     Settlement,
 )
+from django_outbox.payments.settings import PaymentSettings
+from django_outbox.values.claimed import ClaimedRow
 from django_outbox.values.outcomes import AttemptResult
-
-if TYPE_CHECKING:
-    from django_outbox.payments.paying import PaymentJob
 
 #: Node calls one payment step may make: a lookup, the payment, and the lookup that a
 #: payment the node refuses ("already paid", "in transition") asks for.
@@ -48,6 +46,27 @@ NODE_CALLS = 3
 ASSUMED_TIMEOUT = 60.0
 #: Seconds kept after the request for the recorder to save its outcome (as for every send).
 SAVE_MARGIN = 10.0
+
+
+class Payer(Protocol):
+    """What the payment step reads of a claimed delivery's payment job
+    (:class:`~django_outbox.payments.paying.PaymentJob`)."""
+
+    @property
+    def settings(self) -> PaymentSettings:
+        """The payment settings the claim read."""
+
+    @property
+    def client(self) -> PaymentClient:
+        """The process's payment client."""
+
+    @property
+    def lease_ends(self) -> float:
+        """Monotonic time at which the delivery's lease ends."""
+
+    @property
+    def row(self) -> ClaimedRow | None:
+        """The claimed delivery (None: a job made by hand, which stores nothing)."""
 
 
 class Trail:
@@ -82,7 +101,7 @@ def payment_seconds(client: PaymentClient) -> float:
     return NODE_CALLS * float(timeout) + 2 * conf.TOTAL_TIMEOUT + SAVE_MARGIN
 
 
-def _lease_refusal(job: PaymentJob, trail: Trail) -> Exchange | None:
+def _lease_refusal(job: Payer, trail: Trail) -> Exchange | None:
     """Why the payment step must not start now, or None: the delivery's lease cannot
     cover it (given back unpaid, for a claim with a fresh lease), or no lease could
     (``OUTBOX_LEASE_SECONDS`` too short for the client: retried, and check E017 says so)."""
@@ -113,11 +132,10 @@ def _checked(payment: Payment, attempt: OpenAttempt) -> str:
     return payment.preimage.hex()
 
 
-def settle_open(job: PaymentJob, trail: Trail) -> str | Exchange | None:
-    """Bring the delivery's open attempt to a preimage: the ``Authorization`` to send,
+def settle_open(job: Payer, attempt: OpenAttempt, trail: Trail) -> str | Exchange | None:
+    """Bring the delivery's open ``attempt`` to a preimage: the ``Authorization`` to send,
     an :class:`Exchange` that ends the attempt, or None (nothing usable: send bare)."""
-    attempt, client, settings = job.open, job.client, job.settings
-    assert attempt is not None
+    client, settings = job.client, job.settings
     now = time.time()
     if attempt.state == "paid" and attempt.preimage:
         return attempt.authorization(attempt.preimage)
@@ -156,7 +174,7 @@ def settle_open(job: PaymentJob, trail: Trail) -> str | Exchange | None:
 
 
 def store_and_settle(
-    job: PaymentJob, challenge: Challenge, trail: Trail
+    job: Payer, challenge: Challenge, trail: Trail
 ) -> tuple[OpenAttempt, str] | Exchange | None:
     """Store ``challenge`` as the claimed delivery's pending attempt (committed), then pay
     it as :func:`settle_open` does: the attempt and the ``Authorization`` to send, an
@@ -173,5 +191,5 @@ def store_and_settle(
         return trail.ends(AttemptResult.RETRY, f"internal: storing its payment: {error}"[:500])
     if isinstance(stored, Verdict):
         return trail.ends(stored.result, stored.error, held_for=stored.held_for)
-    settled = settle_open(replace(job, open=stored), trail)
+    settled = settle_open(job, stored, trail)
     return (stored, settled) if isinstance(settled, str) else settled
