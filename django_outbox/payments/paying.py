@@ -1,9 +1,11 @@
 """The sending side's half of paid push: present a token, pay a stored attempt, read a 402.
 
 :func:`exchange` replaces the plain POST of an attempt when ``OUTBOX_PAYMENTS`` is set.
-It never pays an invoice that is not already stored: a ``402`` only yields a checked
-:class:`~django_outbox.payments.reports.Challenge` for the recorder to store (and the
-delivery comes straight back, see ``AttemptResult.PAYING``).  A stored attempt is
+It never pays an invoice that is not already stored and committed.  On a host known to
+charge per message, the attempt stores the checked challenge of its ``402`` itself and
+pays it at once (:func:`~.settling.store_and_settle`); elsewhere a ``402`` only yields a
+checked :class:`~django_outbox.payments.reports.Challenge` for the recorder to store (and
+the delivery comes straight back, see ``AttemptResult.PAYING``).  A stored attempt is
 paid at the delivery's next claim, after the node is asked whether it already was::
 
     claim ── open attempt? ── pending ── lookup ── complete ──────► preimage ─┐
@@ -21,7 +23,8 @@ the payment failed or never started.
 
 Node calls run on the process's payment threads (:mod:`~django_outbox.payments.threads`),
 never on the loop's default executor.  A payment starts only while what is left of the
-delivery's lease covers it and the request after it (:func:`payment_seconds`): else the
+delivery's lease covers it and the request after it
+(:func:`~.settling.payment_seconds`): else the
 delivery is given back, unsent and unpaid, for a claim with a fresh lease.
 
 On a host not known to charge per message, for ``HOLD_WHILE_PAYING`` seconds after

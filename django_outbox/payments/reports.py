@@ -1,8 +1,9 @@
 """What a sending thread tells the recorder about payments, and what a claim tells the thread.
 
-Sending threads touch no database, so payments travel as values: a claim loads the
+The sending loops touch no database, so payments travel as values: a claim loads the
 delivery's open attempt and the host's kept token (:class:`OpenAttempt`,
-:class:`KeptToken`), the thread pays and sends, and its
+:class:`KeptToken`), the attempt pays (on a payment thread, which also stores a new
+attempt on a host that charges per message) and sends, and its
 :class:`~django_outbox.values.outcomes.Outcome` carries a :class:`PaymentReport` that
 :mod:`django_outbox.payments.ledger` writes.  Secrets (macaroon, preimage) stay out of
 every ``repr``; they only cross threads, never processes or the broker.

@@ -1,7 +1,8 @@
 """Saving what came of attempts: the recorder thread of a worker process.
 
-The sending threads never touch the database.  They hand each
-:class:`~django_outbox.values.outcomes.Outcome` to the process's :class:`Recorder`,
+The sending loops never touch the database (a payment thread stores only the new
+payment attempt it is about to pay, see :mod:`~django_outbox.payments.settling`).  They
+hand each :class:`~django_outbox.values.outcomes.Outcome` to the process's :class:`Recorder`,
 whose one thread gathers them for up to :attr:`Recorder.WINDOW` and saves them
 in batches, on one connection, through :mod:`django_outbox.store.transitions`
 (each update conditional on the claim the attempt was made under).  Signals
