@@ -209,7 +209,12 @@ def test_abandon_takes_the_batch_being_saved_and_what_is_queued(
 @pytest.fixture
 def stuck_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[WorkerProcess, Any]]:
     """A worker process whose recorder thread is stuck in its first save (the test's
-    thread saves normally); the gate ends the stuck step."""
+    thread saves normally); the gate ends the stuck step.
+
+    At teardown the recorder thread is let go and waited for while the stub is still in
+    place (so it writes nothing): left running, it would reach the real save during the
+    database's flush, which it could block or deadlock, leaving this test's rows to the
+    next."""
     gate, saving = threading.Event(), threading.Event()
     real = recording.apply_outcomes
 
@@ -225,6 +230,7 @@ def stuck_process(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[WorkerProce
         process = WorkerProcess(supervisor=Supervisor())
     yield process, saving
     gate.set()
+    assert process.recorder.flush(10)
 
 
 def test_an_unfit_process_saves_what_its_stuck_recorder_held(
