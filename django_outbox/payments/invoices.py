@@ -10,15 +10,15 @@ push payments: 100 msat per byte of message, at least 1,000 msat, and an invoice
 treated as expired :data:`EXPIRY_AFFORDANCE` seconds before it really expires, so that
 it cannot run out while the payment is on its way.
 
-``bolt11`` (the ``payments`` extra) is imported when the first invoice is decoded
-(a worker imports it as it starts, when payments are on: :func:`load_decoder`), so this
-module loads without it.  Decoding verifies the invoice's signature (the ``bolt11``
-package recovers or checks the payee key) and requires a payment hash, a payment secret
-(LND refuses to pay an invoice without one) and a description; an amount that is not a
-whole number of millisatoshis (``15p``) is refused, as LND and Core Lightning refuse
-it, so that the amount checked is the amount a node pays.  A process keeps the last
-invoices it decoded: the worker checks an invoice before paying it, and the payment
-client reads it again to pay.
+The reader (:mod:`~django_outbox.payments.bolt11_reader`, which needs ``coincurve``,
+the ``payments`` extra) is imported when the first invoice is decoded (a worker imports
+it as it starts, when payments are on: :func:`load_decoder`), so this module loads
+without it.  Decoding verifies the invoice's signature (recovering or checking the payee
+key) and requires a payment hash, a payment secret (LND refuses to pay an invoice
+without one) and a description; an amount that is not a whole number of millisatoshis
+(``15p``) is refused, as LND and Core Lightning refuse it, so that the amount checked is
+the amount a node pays.  A process keeps the last invoices it decoded: the worker
+checks an invoice before paying it, and the payment client reads it again to pay.
 """
 
 from __future__ import annotations
@@ -101,62 +101,57 @@ def decode_invoice(invoice: str) -> DecodedInvoice:
     """Decode and verify a BOLT11 invoice; :class:`InvoiceRefused` if it cannot be.
 
     The answer for each of the last invoices decoded is kept: decoding verifies a
-    signature (several milliseconds), and the answer depends on the text alone."""
+    signature, and the answer depends on the text alone."""
     if len(invoice) > MAX_INVOICE_CHARS:
         raise InvoiceRefused(
             Reason.INVOICE_TOO_LARGE, f"{len(invoice)} characters > {MAX_INVOICE_CHARS}"
         )
     if not (invoice.isascii() and invoice.isalnum()):
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "not bech32 text")
-    bolt11 = _bolt11()
+    reader = _reader()
     try:
-        decoded = bolt11.decode(invoice)
-        payment_hash, payee = decoded.payment_hash, decoded.payee
-        created_at, expiry = int(decoded.date), int(decoded.expiry)
-    # Hostile input reaches a third-party parser (bech32, bitstring, coincurve): whatever
-    # it raises, the invoice cannot be used.
+        decoded = reader.read_invoice(invoice)
+    # Hostile input reaches the reader and libsecp256k1: whatever they raise, the
+    # invoice cannot be used.
     except Exception as exc:
-        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, type(exc).__name__) from None
-    if _sub_millisatoshi(invoice, decoded.currency):
-        # bolt11 rounds 15p (1.5 msat) down to 1 msat; LND and Core Lightning refuse
-        # to pay such an invoice, so the amount checked would not be the amount paid.
-        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "a sub-millisatoshi amount")
-    amount = None if decoded.amount_msat is None else int(decoded.amount_msat)
-    if amount is not None and amount <= 0:
+        raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, _why(exc)) from None
+    if decoded.amount_msat is not None and decoded.amount_msat <= 0:
         raise InvoiceRefused(Reason.INVOICE_UNDECODABLE, "amount is not positive")
     return DecodedInvoice(
         invoice=invoice,
         network=decoded.currency,
-        amount_msat=amount,
-        payment_hash=payment_hash,
-        created_at=created_at,
-        expiry=expiry,
-        payee=payee or "",
+        amount_msat=decoded.amount_msat,
+        payment_hash=decoded.payment_hash,
+        created_at=decoded.timestamp,
+        expiry=decoded.expiry,
+        payee=decoded.payee,
     )
 
 
-def _sub_millisatoshi(invoice: str, currency: str) -> bool:
-    """Whether the invoice's amount is in pico-bitcoin and not a whole number of msat."""
-    hrp = invoice[: invoice.rfind("1")].lower()
-    amount = hrp[2 + len(currency) :]  # after "ln" and the currency prefix
-    return amount.endswith("p") and int(amount[:-1]) % 10 != 0
+def _why(error: Exception) -> str:
+    """What the reader said of an invoice it refused (its own words, bounded), or the
+    name of what a library under it raised."""
+    if type(error) is ValueError:
+        return str(error)[:100]
+    return type(error).__name__
 
 
 def load_decoder() -> None:
-    """Import ``bolt11`` now rather than at the first payment (25-40 ms here):
-    a worker calls it as it starts when payments are on."""
-    _bolt11()
+    """Import the reader and ``coincurve`` now rather than at the first payment: a worker
+    calls it as it starts when payments are on."""
+    _reader()
 
 
-def _bolt11() -> Any:
-    """The ``bolt11`` module, imported on first use: only a site that pays needs it."""
+def _reader() -> Any:
+    """The BOLT11 reader module, imported on first use: only a site that pays needs
+    ``coincurve``."""
     try:
-        import bolt11
+        from django_outbox.payments import bolt11_reader
     except ImportError:
         raise OutboxConfigurationError(
-            "paying destinations needs bolt11: pip install 'django-outbox[payments]'"
+            "paying destinations needs coincurve: pip install 'django-outbox[payments]'"
         ) from None
-    return bolt11
+    return bolt11_reader
 
 
 def push_amount(

@@ -33,10 +33,10 @@ def check_payments() -> list[CheckMessage]:
         return errors
     configured = conf.PAYMENTS
     assert configured is not None
-    if importlib.util.find_spec("bolt11") is None:
+    if importlib.util.find_spec("coincurve") is None:
         errors.append(
             Error(
-                "OUTBOX_PAYMENTS is set but bolt11 is not installed.",
+                "OUTBOX_PAYMENTS is set but coincurve (the invoices' signatures) is not installed.",
                 hint="pip install 'django-outbox[payments]'",
                 id="django_outbox.E014",
             )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from coincurve import PrivateKey
 
-from testproject.lightning.bolt11_reader import CHARSET, expand, polymod, to_bytes
+from django_outbox.payments.bolt11_reader import CHARSET, expand, polymod, to_bytes
 
 
 def _words(data: bytes) -> list[int]:

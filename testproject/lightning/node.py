@@ -19,7 +19,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from testproject.lightning.bolt11_reader import read_invoice
+from django_outbox.payments.bolt11_reader import read_invoice
 from testproject.lightning.issuer import InvoiceRegistry, Unpayable
 
 

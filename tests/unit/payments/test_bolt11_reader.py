@@ -1,4 +1,5 @@
-"""The BOLT11 reader and the fake network's writer against the ``bolt11`` package."""
+"""The package's BOLT11 reader and the fake network's writer against the ``bolt11``
+package: fixed invoices, and random alterations of them."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import bolt11
 import pytest
 from bolt11 import Bolt11, MilliSatoshi, TagChar, Tags
 from coincurve import PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from testproject.lightning.bolt11_reader import read_invoice
+from django_outbox.payments.bolt11_reader import CHARSET, expand, polymod, read_invoice
 from testproject.lightning.issuer import InvoiceIssuer, InvoiceRegistry
 
 KEY = bytes(range(1, 33))
@@ -128,3 +131,74 @@ def test_the_fake_networks_invoices_are_what_bolt11_reads(amount: int | None) ->
     assert theirs.description == "django_outbox test inbox"
     assert theirs.tags.get(TagChar.min_final_cltv_expiry).data == 40
     same_as_bolt11(issued.invoice)
+
+
+def rechecked(hrp: str, words: list[int]) -> str:
+    """Bech32 text of ``hrp`` and ``words`` with a valid checksum: an altered invoice that
+    reaches the field parser and the signature check instead of failing the checksum."""
+    value = polymod([*expand(hrp), *words, 0, 0, 0, 0, 0, 0]) ^ 1
+    checksum = [(value >> 5 * (5 - i)) & 31 for i in range(6)]
+    return hrp + "1" + "".join(CHARSET[word] for word in [*words, *checksum])
+
+
+def agree(text: str) -> None:
+    """The reader and ``bolt11`` both refuse ``text``, or both read the same fields."""
+    try:
+        theirs = bolt11.decode(text)
+    except Exception:
+        theirs = None
+    try:
+        mine = read_invoice(text)
+    except ValueError:
+        mine = None
+    assert (mine is None) == (theirs is None), (text, mine, theirs)
+    if mine is not None and theirs is not None:
+        assert mine.amount_msat == theirs.amount_msat
+        assert (mine.currency, mine.timestamp) == (theirs.currency, theirs.date)
+        assert (mine.payment_hash, mine.payment_secret) == (
+            theirs.payment_hash,
+            theirs.payment_secret,
+        )
+        assert (mine.expiry, mine.payee) == (theirs.expiry, theirs.payee)
+
+
+WELL_FORMED = [make(), make(None, payee=PAYEE), make(description=None, description_hash="cd" * 32)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    base=st.sampled_from(WELL_FORMED),
+    changes=st.lists(
+        st.tuples(st.integers(min_value=0), st.integers(min_value=0, max_value=31)),
+        min_size=1,
+        max_size=4,
+    ),
+    cut=st.integers(min_value=0, max_value=8),
+)
+def test_an_altered_invoice_is_read_as_bolt11_reads_it(
+    base: str, changes: list[tuple[int, int]], cut: int
+) -> None:
+    """Words changed anywhere before the checksum (the timestamp, a field's tag, its
+    length or its value, the signature), some cut off the end, and a checksum made
+    valid again: whatever ``bolt11`` refuses is refused, what it reads is read alike."""
+    hrp, _, data = base.rpartition("1")
+    words = [CHARSET.index(char) for char in data[:-6]]
+    for at, word in changes:
+        words[at % len(words)] = word
+    agree(rechecked(hrp, words[: len(words) - cut]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(amount=st.from_regex(r"[0-9]{1,14}[munp]?", fullmatch=True))
+def test_an_amount_is_read_as_bolt11_reads_it_or_refused_when_not_whole_msat(amount: str) -> None:
+    """Any amount text: the same millisatoshis as ``bolt11``, except the sub-millisatoshi
+    ones it rounds down, which the reader refuses (LND and Core Lightning do)."""
+    invoice = make().replace("lnbcrt100n1", f"lnbcrt{amount}1", 1)
+    hrp, _, data = invoice.rpartition("1")
+    words = [CHARSET.index(char) for char in data[:-6]]
+    text = rechecked(hrp, words)
+    if amount.endswith("p") and int(amount[:-1]) % 10:
+        with pytest.raises(ValueError):
+            read_invoice(text)
+        return
+    agree(text)

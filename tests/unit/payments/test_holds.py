@@ -57,7 +57,7 @@ def test_after_a_402_the_host_gets_no_request_without_a_token_for_a_moment(
 def test_a_402_from_a_host_paid_for_another_delivery_is_held_undecoded(
     lnd: FakeLndServer, issuer: InvoiceIssuer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Decoding its invoice (milliseconds with bolt11) would serve nothing: the recorder
+    """Decoding its invoice (a signature check) would serve nothing: the recorder
     would hold it, as the host has a pending attempt."""
     monkeypatch.setattr(paying, "challenge_of", _undecodable)
     inbox = Inbox(L402Gate(issuer, price_msat=None))

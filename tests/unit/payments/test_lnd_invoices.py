@@ -1,7 +1,7 @@
 """The decoder against invoices LND made: the amount checked is the amount LND pays.
 
-``decode_invoice`` reads with the ``bolt11`` package (every supported Python: see the
-``payments`` extra); these invoices and LND's own reading of them are in
+``decode_invoice`` reads with the package's own reader (compared with the ``bolt11``
+package in ``test_bolt11_reader.py``); these invoices and LND's own reading of them are in
 ``tests/support/lnd_invoices.py``, with where they come from.
 """
 
@@ -11,9 +11,9 @@ import os
 
 import pytest
 
+from django_outbox.payments.bolt11_reader import read_invoice
 from django_outbox.payments.errors import InvoiceRefused, Reason
 from django_outbox.payments.invoices import check_invoice, decode_invoice
-from testproject.lightning.bolt11_reader import read_invoice
 from testproject.lightning.bolt11_writer import write_invoice
 from tests.support.lnd_invoices import (
     ENCODED_BY_LND,
@@ -90,8 +90,8 @@ def test_an_invoice_lnd_will_not_pay_for_want_of_a_payment_address_is_refused() 
     [("10p", 1), ("20p", 2), ("1230p", 123), ("15p", None), ("1p", None), ("99999p", None)],
 )
 def test_a_pico_amount_is_paid_only_in_whole_millisatoshis(amount: str, msat: int | None) -> None:
-    """LND (``pBtcToMSat``) and Core Lightning refuse ``15p``; ``bolt11`` alone would
-    read it as 1 msat, a price the node would not pay."""
+    """LND (``pBtcToMSat``) and Core Lightning refuse ``15p``; the ``bolt11`` package
+    reads it as 1 msat, a price the node would not pay."""
     invoice = write_invoice(
         os.urandom(32),
         network="bcrt",
