@@ -258,6 +258,7 @@ async def _attempt_at(
         if admission.kind == "held":
             error = hold_error(admission.why, policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
+    before = len(sent)
     if job.ticket is not None:
         ending = await _ticketed_attempt(job, job.ticket, url, transport, sent)
     else:
@@ -269,7 +270,10 @@ async def _attempt_at(
             ending = _Ending(AttemptResult.RETRY, error=str(error), failure=_failure(error))
         else:
             ending = _judge(response)
-    failed = ending.result is AttemptResult.RETRY and server_failed(ending.status)
+    # A retry decided before any request (the Lightning node failed to pay) is not the
+    # host's failure: its breaker does not count it.
+    asked = len(sent) > before
+    failed = ending.result is AttemptResult.RETRY and asked and server_failed(ending.status)
     throttle = throttle_for(ending.status, ending.retry_after)
     if policy is not None:
         report = Report(key, policy, failed, admission, throttle)

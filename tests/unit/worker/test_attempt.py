@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 from hashlib import sha256
 from typing import Any
 
@@ -19,6 +20,7 @@ from django.utils import timezone
 
 from django_outbox.breakers import BreakerPolicy, MemoryBreakerStore
 from django_outbox.breakers.configured import configured_policy
+from django_outbox.extensions import Exchange, Post
 from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.transport import Transport
 from django_outbox.values.claimed import ClaimedRow, MessageData
@@ -190,3 +192,51 @@ def test_the_scheme_an_origin_accepted_reaches_the_shared_cache_with_the_batch(
     assert share_learnt() == 1
     assert cache.get(key) == conf.FIRST_SCHEME
     assert share_learnt() == 0
+
+
+class _Ticket:
+    """A ticket whose extension ends every attempt as ``answer`` says: a retry decided
+    before any request (``post`` None), or after posting once."""
+
+    urgent = False
+
+    def __init__(self, post_first: bool) -> None:
+        self.post_first = post_first
+
+    async def exchange(self, url: str, size: int, post: Post) -> Exchange:
+        if self.post_first:
+            return Exchange(response=await post(None))
+        return Exchange(result=AttemptResult.RETRY, error="payment client: the node is away")
+
+
+@pytest.mark.parametrize(
+    ("post_first", "sent"),
+    [(False, 0), (True, 3)],
+    ids=["a retry before any request is not the host's failure", "a 503 after posting is"],
+)
+def test_only_a_retry_after_a_request_counts_towards_the_hosts_breaker(
+    inbox_server: InboxServer, transport: Transport, post_first: bool, sent: int
+) -> None:
+    inbox_server.behave("/down", Behaviour(statuses=(503,)))
+    with override_settings(OUTBOX_BREAKER_THRESHOLD=3):
+        policy = configured_policy()
+    breakers = MemoryBreakerStore()
+    ticket = _Ticket(post_first)
+
+    async def attempt_each() -> list[Outcome]:
+        done = [
+            await perform(replace(job, ticket=ticket), transport, breakers, policy)
+            for job in jobs(inbox_server, FAILING)
+        ]
+        transport.close()
+        return done
+
+    outcomes = asyncio.run(attempt_each())
+    if post_first:
+        held = FAILING - sent
+        assert [o.result for o in outcomes] == [AttemptResult.RETRY] * sent + [
+            AttemptResult.HELD
+        ] * held
+    else:
+        assert [o.result for o in outcomes] == [AttemptResult.RETRY] * FAILING
+    assert len(inbox_server.requests()) == sent
