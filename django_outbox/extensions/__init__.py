@@ -11,12 +11,12 @@ an extension writes only those it needs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django_outbox.transport import Response
-from django_outbox.values.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptReport, AttemptResult, Outcome
 
 if TYPE_CHECKING:
@@ -72,8 +72,11 @@ class Extension:
     #: What the extension is called in logs and in the steps the sweep counts.
     name: str = field(default="extension")
 
-    def tickets(self, claimed: Sequence[ClaimedRow]) -> Tickets:
-        """At the claim, before any of ``claimed`` is sent."""
+    def tickets(
+        self, claimed: Sequence[ClaimedRow], messages: Mapping[int, MessageData]
+    ) -> Tickets:
+        """At the claim, before any of ``claimed`` is sent (``messages``: the message of
+        each, by id)."""
         return Tickets()
 
     def park(self, holds: Sequence[Outcome]) -> list[Outcome]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING, Literal
 
@@ -18,7 +18,7 @@ from django.utils.module_loading import import_string
 
 from django_outbox.conf import conf
 from django_outbox.extensions import Extension, Tickets
-from django_outbox.values.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow, MessageData
 
 if TYPE_CHECKING:
     from django.dispatch import Signal
@@ -56,12 +56,12 @@ def steps_of(hook: Literal["sweep_steps", "recovery_steps"]) -> dict[str, Callab
     }
 
 
-def tickets(claimed: Sequence[ClaimedRow]) -> Tickets:
-    """What the active extensions make of a claim; the first to take part in a delivery
-    carries it."""
+def tickets(claimed: Sequence[ClaimedRow], messages: Mapping[int, MessageData]) -> Tickets:
+    """What the active extensions make of a claim (``messages``: the message of each
+    claimed delivery); the first to take part in a delivery carries it."""
     found = Tickets()
     for extension in active():
-        made = extension.tickets(claimed)
+        made = extension.tickets(claimed, messages)
         found.holds.update({pk: why for pk, why in made.holds.items() if pk not in found.holds})
         for pk, ticket in made.tickets.items():
             found.tickets.setdefault(pk, ticket)

@@ -15,14 +15,14 @@ cover it (:func:`~django_outbox.payments.settling.payment_seconds`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django_outbox.conf import conf
 from django_outbox.payments.hold_times import hold_for, spread
 from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.paying import PaymentJob, met_402_lately, payment_client
 from django_outbox.store.queries import queued_per_host
-from django_outbox.values.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow, MessageData
 
 #: Hosts whose queue length a process keeps at most.
 _COUNTED_HOSTS = 10_000
@@ -30,9 +30,11 @@ _COUNTED_HOSTS = 10_000
 _counted: dict[str, tuple[int, float]] = {}
 
 
-def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], dict[int, float]]:
+def payment_jobs(
+    claimed: Sequence[ClaimedRow], messages: Mapping[int, MessageData]
+) -> tuple[dict[int, PaymentJob], dict[int, float]]:
     """What each claimed delivery may pay and present, and those to hold for a while;
-    nothing when payments are off.
+    nothing when payments are off (``messages``: the message of each, by id).
 
     On a host that charges per message, each delivery pays its own invoice: as many go
     as its host has free slots (``MAX_PARALLEL_PER_HOST`` less its payments under way),
@@ -80,6 +82,7 @@ def payment_jobs(claimed: Sequence[ClaimedRow]) -> tuple[dict[int, PaymentJob], 
             paying=row.host not in found.per_message and _others(paying, row),
             per_message=row.host in found.per_message,
             row=row,
+            sender=messages[row.message_id].sender,
         )
         for row in claimed
     }

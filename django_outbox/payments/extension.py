@@ -11,7 +11,7 @@ finished deliveries, and the sweep prunes old attempts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -32,7 +32,7 @@ from django_outbox.payments.recovery import resolve_orphans, resolve_orphans_now
 from django_outbox.payments.reports import PAID_AT_CLAIM, PARKED_HOLDS
 from django_outbox.payments.threads import stop_payment_threads
 from django_outbox.store.transitions import park
-from django_outbox.values.claimed import ClaimedRow
+from django_outbox.values.claimed import ClaimedRow, MessageData
 from django_outbox.values.outcomes import AttemptResult, Outcome
 
 if TYPE_CHECKING:
@@ -44,9 +44,11 @@ if TYPE_CHECKING:
 class PaidPush(Extension):
     """Paying hosts that answer ``402 Payment Required`` (``OUTBOX_PAYMENTS``)."""
 
-    def tickets(self, claimed: Sequence[ClaimedRow]) -> Tickets:
+    def tickets(
+        self, claimed: Sequence[ClaimedRow], messages: Mapping[int, MessageData]
+    ) -> Tickets:
         """Each delivery's payment job, and those held while their host is paid."""
-        jobs, wait = payment_jobs(claimed)
+        jobs, wait = payment_jobs(claimed, messages)
         return Tickets(dict(jobs), {pk: (PAID_AT_CLAIM, seconds) for pk, seconds in wait.items()})
 
     def park(self, holds: Sequence[Outcome]) -> list[Outcome]:

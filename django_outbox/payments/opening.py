@@ -18,7 +18,6 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from django_outbox.models import Message
 from django_outbox.payments import budget
 from django_outbox.payments.batches import LedgerBatch, Verdict
 from django_outbox.payments.lookups import (
@@ -36,34 +35,30 @@ from django_outbox.values.outcomes import AttemptResult
 
 
 def store_now(
-    delivery_id: int, host: str, challenge: Challenge, settings: PaymentSettings
+    delivery_id: int, host: str, sender: str, challenge: Challenge, settings: PaymentSettings
 ) -> OpenAttempt | Verdict:
-    """Store the challenge a delivery met at ``host`` as its pending attempt, committed
-    when this returns: the attempt to pay now, or why it is held or refused instead.
+    """Store the challenge a delivery of ``sender``'s met at ``host`` as its pending
+    attempt, committed when this returns: the attempt to pay now, or why it is held or
+    refused instead.
 
-    For a delivery still claimed by the caller, whose attempt pays it next.  The day's
-    budget row is locked first, as the recorder's ledger does (see
-    :func:`~django_outbox.payments.budget.lock_day`).  Raises what the database raises:
-    nothing is stored then, and nothing may be paid."""
+    For a delivery still claimed by the caller, whose attempt pays it next, to a host
+    that charges per message as its claim read.  The day's budget row is locked first,
+    as the recorder's ledger does (see :func:`~django_outbox.payments.budget.lock_day`).
+    Raises what the database raises: nothing is stored then, and nothing may be paid."""
     batch = LedgerBatch(settings)
-    sender = Message.objects.filter(deliveries__id=delivery_id).values_list("sender", flat=True)
+    batch.effects.learnt(host, True)
     with transaction.atomic():
-        found = sender.first()
-        if found is None:  # pruned meanwhile: nothing to pay for
-            return Verdict(AttemptResult.REFUSED, "internal: the delivery is gone")
-        budget.lock_day([found], day_of(timezone.now()))
-        opened = open_attempt(delivery_id, host, found, challenge, batch)
+        budget.lock_day([sender], day_of(timezone.now()))
+        opened = open_attempt(delivery_id, host, sender, challenge, batch)
     batch.effects.signals.send()
-    if isinstance(opened, Verdict):
-        return opened
-    return open_attempt_of(PaymentAttempt.objects.get(pk=opened))
+    return opened if isinstance(opened, Verdict) else open_attempt_of(opened)
 
 
 def open_attempt(
     delivery_id: int, host: str, sender: str, challenge: Challenge, batch: LedgerBatch
-) -> int | Verdict:
-    """Store ``challenge`` as a pending attempt of the delivery, within budget: its id,
-    or what the delivery is to do instead (in the caller's transaction).
+) -> PaymentAttempt | Verdict:
+    """Store ``challenge`` as a pending attempt of the delivery, within budget: the row
+    as stored, or what the delivery is to do instead (in the caller's transaction).
 
     The attempt takes a free slot of its host's (one on a host that sells tokens,
     ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
@@ -90,6 +85,7 @@ def open_attempt(
     now = timezone.now()
     reserve = challenge.amount_msat + settings.max_fee_msat
     fields = {
+        "payment_hash": challenge.payment_hash,
         "delivery_id": delivery_id,
         "sender": sender,
         "host": host,
@@ -110,9 +106,9 @@ def open_attempt(
     try:
         with transaction.atomic():
             if earlier is None:
-                pk = PaymentAttempt.objects.create(payment_hash=challenge.payment_hash, **fields).pk
+                stored = PaymentAttempt.objects.create(**fields)
             elif _reopen(earlier, fields):
-                pk = earlier.pk
+                stored = earlier
             else:
                 raise _Changed
             if shared and bought_meanwhile(host, delivery_id, now):
@@ -137,18 +133,20 @@ def open_attempt(
     except (IntegrityError, _Changed):
         return conflict(delivery_id, host, challenge, batch)
     batch.taken(host).add(slot)
-    return pk
+    return stored
 
 
 def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
     """Make the failed, unpaid ``attempt`` pending again with ``fields`` (this delivery,
-    its sender, a new reservation and lifetime); False if it is no longer failed unpaid."""
+    its sender, a new reservation and lifetime), in the database and on ``attempt``;
+    False if it is no longer failed unpaid."""
     again = {**fields, "state": PaymentState.PENDING, "reason": "", "preimage": "", "fee_msat": 0}
-    return bool(
-        PaymentAttempt.objects.filter(
-            pk=attempt.pk, state=PaymentState.FAILED, paid_at__isnull=True
-        ).update(**again)
-    )
+    reopened = PaymentAttempt.objects.filter(
+        pk=attempt.pk, state=PaymentState.FAILED, paid_at__isnull=True
+    ).update(**again)
+    for name, value in again.items():
+        setattr(attempt, name, value)
+    return bool(reopened)
 
 
 class _Changed(Exception):

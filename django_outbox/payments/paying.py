@@ -96,6 +96,8 @@ class PaymentJob:
     #: The claimed delivery: on a host that charges per message, its attempt stores the
     #: challenge it meets and pays it at once (None: a job made by hand, which does not).
     row: ClaimedRow | None = None
+    #: The actor whose message it is, whose daily budget pays (with ``row``).
+    sender: str = ""
 
     @property
     def urgent(self) -> bool:

@@ -68,6 +68,10 @@ class Payer(Protocol):
     def row(self) -> ClaimedRow | None:
         """The claimed delivery (None: a job made by hand, which stores nothing)."""
 
+    @property
+    def sender(self) -> str:
+        """The actor whose message it is, whose daily budget pays."""
+
 
 class Trail:
     """The settlements of one exchange, gathered as it goes."""
@@ -185,7 +189,7 @@ def store_and_settle(
     thread's connection is closed so that the next store opens a fresh one."""
     assert job.row is not None
     try:
-        stored = store_now(job.row.id, job.row.host, challenge, job.settings)
+        stored = store_now(job.row.id, job.row.host, job.sender, challenge, job.settings)
     except DatabaseError as error:
         connections.close_all()
         return trail.ends(AttemptResult.RETRY, f"internal: storing its payment: {error}"[:500])

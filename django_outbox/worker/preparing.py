@@ -151,7 +151,7 @@ def prepare_jobs(
     deliveries an extension holds back are parked by it (no outcome: a hold is not an
     attempt), unless their batch's deadline comes first.
     """
-    found = tickets(claimed)
+    found = tickets(claimed, messages)
     now = timezone.now()
     unavailable = unavailable_hosts()
     disabled = disabled_endpoints()

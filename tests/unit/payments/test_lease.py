@@ -131,12 +131,13 @@ def test_a_paid_attempt_needs_no_node_call_and_no_room_for_one(
 @pytest.mark.django_db
 def test_the_claim_gives_each_job_the_end_of_its_lease(lnd: FakeLndServer) -> None:
     from django_outbox.payments.claims import payment_jobs
-    from django_outbox.values.claimed import ClaimedRow
+    from django_outbox.values.claimed import ClaimedRow, MessageData
 
     row = ClaimedRow(1, 1, URL, "paid.example", [], "outbox", "", 1, "t")
+    message = MessageData(1, "https://a.example/actor", b"{}", b"", "", None, "", False, 16)
     before = time.monotonic()
     with override_settings(OUTBOX_PAYMENTS=payments(lnd)):
-        jobs, _ = payment_jobs([row])
+        jobs, _ = payment_jobs([row], {1: message})
     after = time.monotonic()
     assert before + conf.LEASE_SECONDS <= jobs[1].lease_ends <= after + conf.LEASE_SECONDS
 

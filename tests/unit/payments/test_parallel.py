@@ -24,6 +24,7 @@ from django_outbox.payments.models import PaymentAttempt, PaymentHost
 from django_outbox.payments.opening import store_now
 from django_outbox.payments.reports import PAID_AT_CLAIM, PAYING_ELSEWHERE, Challenge, OpenAttempt
 from django_outbox.values.outcomes import AttemptResult
+from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402InboxServer, Mode
 from testproject.lightning.lnd import FakeLndServer
@@ -116,9 +117,9 @@ def test_a_challenge_finding_every_slot_taken_is_held_not_stored(
     late, *first = send(*(per_message.url(f"/{n}") for n in range(4)))
     for pk in first:
         assert isinstance(
-            store_now(pk, per_message.host, _challenge(per_message, lnd), THREE), OpenAttempt
+            store_now(pk, per_message.host, ACTOR, _challenge(per_message, lnd), THREE), OpenAttempt
         )
-    held = store_now(late, per_message.host, _challenge(per_message, lnd), THREE)
+    held = store_now(late, per_message.host, ACTOR, _challenge(per_message, lnd), THREE)
     assert held == Verdict(AttemptResult.HELD, PAYING_ELSEWHERE, held.held_for)
     assert held.held_for is not None and held.held_for > 0
     assert PaymentAttempt.objects.filter(state="pending").count() == 3
@@ -187,7 +188,7 @@ def test_never_two_payments_under_way_for_one_delivery(
 ) -> None:
     PaymentHost.objects.create(host=per_message.host, per_message=True)
     [pk] = send(per_message.url())
-    store_now(pk, per_message.host, _challenge(per_message, lnd), THREE)
+    store_now(pk, per_message.host, ACTOR, _challenge(per_message, lnd), THREE)
     attempt = PaymentAttempt.objects.get()
     attempt.pk, attempt.payment_hash, attempt.slot = None, "ab" * 32, 1
     with pytest.raises(IntegrityError), transaction.atomic():

@@ -23,7 +23,7 @@ from django_outbox.payments.claims import payment_jobs
 from django_outbox.payments.lookups import claim_lookup
 from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.reports import MET_402_LATELY, PAYING_ELSEWHERE
-from django_outbox.store.claim_rows import new_token
+from django_outbox.store.claim_rows import load_messages, new_token
 from django_outbox.store.transitions import claim
 from django_outbox.upkeep import recovery_pass
 from testproject.demo.keys import ACTOR
@@ -114,11 +114,12 @@ def test_a_hosts_queue_is_counted_once_for_the_holds_of_claims_close_together(
     first, *others = send(*(inbox.url(f"/{n}") for n in range(4)))
     round_of([first])
     rows = claim(others, new_token())
+    messages = load_messages(row.message_id for row in rows)
     with CaptureQueriesContext(connection) as queries:
-        payment_jobs(rows[:1])
+        payment_jobs(rows[:1], messages)
     assert len(queries) == 3, "the payment lookup (two), the queue's length"
     with CaptureQueriesContext(connection) as queries:
-        _, wait = payment_jobs(rows[1:])
+        _, wait = payment_jobs(rows[1:], messages)
     assert len(queries) == 2, "the payment lookup (two)"
     assert set(wait) == set(others) - {rows[0].id}
 
