@@ -71,3 +71,26 @@ def test_each_mistake_has_its_id(change: dict[str, Any], check: str) -> None:
 
 def test_a_value_that_is_not_a_dict_is_e010() -> None:
     assert ids(["CLIENT"]) == {"django_outbox.E010"}
+
+
+def test_payments_without_coincurve_is_e014(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The invoices' signatures need the ``payments`` extra; without it, a check says so
+    (and a worker's decoder import raises a configuration error, not an ImportError)."""
+    import importlib.util
+    import sys
+
+    from django_outbox import payments
+    from django_outbox.payments import invoices
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "coincurve" else real(name, *a),
+    )
+    assert ids(GOOD) == {"django_outbox.E014"}
+    monkeypatch.setitem(sys.modules, "coincurve", None)
+    monkeypatch.delitem(sys.modules, "django_outbox.payments.bolt11_reader", raising=False)
+    monkeypatch.delattr(payments, "bolt11_reader", raising=False)
+    with pytest.raises(OutboxConfigurationError, match="coincurve"):
+        invoices.load_decoder()
