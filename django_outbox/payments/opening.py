@@ -141,12 +141,13 @@ def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
     its sender, a new reservation and lifetime), in the database and on ``attempt``;
     False if it is no longer failed unpaid."""
     again = {**fields, "state": PaymentState.PENDING, "reason": "", "preimage": "", "fee_msat": 0}
-    reopened = PaymentAttempt.objects.filter(
+    if not PaymentAttempt.objects.filter(
         pk=attempt.pk, state=PaymentState.FAILED, paid_at__isnull=True
-    ).update(**again)
+    ).update(**again):
+        return False
     for name, value in again.items():
         setattr(attempt, name, value)
-    return bool(reopened)
+    return True
 
 
 class _Changed(Exception):
