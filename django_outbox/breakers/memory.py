@@ -98,6 +98,7 @@ class MemoryBreakerStore:
         failed: bool,
         admission: Admission | None,
         throttle: float = 0.0,
+        answered: bool = True,
     ) -> bool:
         """See :meth:`BreakerStore.record`."""
         token = admission.token if admission is not None else None
@@ -111,6 +112,10 @@ class MemoryBreakerStore:
                 state = self._breakers[key] = _Breaker()
             if token is not None:
                 state.awaiting.pop(token, None)
+            if not answered:
+                if token is not None and token == state.probe:
+                    state.probe, state.probe_until = None, 0.0
+                return False
             if state.open_until is not None and (token is None or token != state.probe):
                 return False
             if failed:
@@ -142,8 +147,15 @@ class MemoryBreakerStore:
     def record_many(self, reports: Sequence[Report]) -> list[bool]:
         """See :meth:`BreakerStore.record_many`."""
         return [
-            self.record(key, policy, failed=failed, admission=admission, throttle=throttle)
-            for key, policy, failed, admission, throttle in reports
+            self.record(
+                report.key,
+                report.policy,
+                failed=report.failed,
+                admission=report.admission,
+                throttle=report.throttle,
+                answered=report.answered,
+            )
+            for report in reports
         ]
 
     def admit_now(self, key: str, policy: BreakerPolicy) -> Admission:

@@ -103,6 +103,9 @@ class Report(NamedTuple):
     admission: Admission | None
     #: Seconds the destination asked to be left alone (a ``429``); 0.0: none.
     throttle: float = 0.0
+    #: False when the delivery ended without a request (say, its payment failed first):
+    #: no verdict on the destination, only its place (or its probe) given back.
+    answered: bool = True
 
 
 @dataclass(frozen=True)
@@ -133,15 +136,18 @@ class BreakerStore(Protocol):
         failed: bool,
         admission: Admission | None,
         throttle: float = 0.0,
+        answered: bool = True,
     ) -> bool:
         """Record how a delivery to ``key`` that ``admission`` let through went.
 
         Only the current probe's outcome closes or reopens an open breaker: other
         answers were sent before it opened and say nothing about the server now.
         ``admission`` is ``None`` for an outcome the store did not admit.  ``throttle``
-        (seconds, not a failure) holds ``key`` that long.  True: the outcome closed the
-        breaker or freed a place while deliveries held here still wait, which may
-        come back now.
+        (seconds, not a failure) holds ``key`` that long.  ``answered`` False: no
+        request was made after all; the admission's place is freed (a probe's, for
+        the next delivery to probe) and nothing else changes.  True: the outcome
+        closed the breaker or freed a place while deliveries held here still wait,
+        which may come back now.
         """
         ...
 

@@ -62,14 +62,21 @@ redis.call('HSET', KEYS[1], 'a:' .. ARGV[1], now + ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {'pass', 0, ''}
 """
-# ARGV: '1' failed or '0', token or '', threshold, cool-off (ms), expiry (ms), throttle
-# (ms, '0' for none).  Returns 3 when a success closed it or freed a place while holds
+# ARGV: '1' failed, '0' answered or '-' no request made (only the token's place, or its
+# probe, is freed), token or '', threshold, cool-off (ms), expiry (ms), throttle (ms,
+# '0' for none).  Returns 3 when a success closed it or freed a place while holds
 # it answered still run (release some), 2 when it is closed after a success and nothing
 # is held (trust it), 1 for a failure or a throttle, 0 if ignored.
 RECORD_LUA = """
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 if ARGV[2] ~= '' then redis.call('HDEL', KEYS[1], 'a:' .. ARGV[2]) end
+if ARGV[1] == '-' then
+  if ARGV[2] ~= '' and redis.call('HGET', KEYS[1], 'probe') == ARGV[2] then
+    redis.call('HDEL', KEYS[1], 'probe', 'probe_until')
+  end
+  return 0
+end
 local s = redis.call('HMGET', KEYS[1], 'failures', 'open_until', 'probe', 'held_until',
   'throttled_until')
 if s[2] and (ARGV[2] == '' or s[3] ~= ARGV[2]) then return 0 end

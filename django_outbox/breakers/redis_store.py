@@ -137,23 +137,25 @@ class RedisBreakerStore:
         failed: bool,
         admission: Admission | None,
         throttle: float = 0.0,
+        answered: bool = True,
     ) -> bool:
         """See :meth:`BreakerStore.record`; False when Redis cannot answer."""
-        return self.record_many([Report(key, policy, failed, admission, throttle)])[0]
+        return self.record_many([Report(key, policy, failed, admission, throttle, answered)])[0]
 
     def record_many(self, reports: Sequence[Report]) -> list[bool]:
         """See :meth:`BreakerStore.record_many`: in one round trip."""
         answers = [False] * len(reports)
         asked: list[int] = []
         calls: list[tuple[str, tuple[str | int, ...]]] = []
-        for i, (key, policy, failed, admission, throttle) in enumerate(reports):
+        for i, (key, policy, failed, admission, throttle, answered) in enumerate(reports):
             token = admission.token if admission is not None else None
             if failed or throttle > 0:
                 self._trusted.pop(key, None)
             elif token is None:
                 continue  # a trusted destination's success changes nothing worth a round trip
             cool_off, idle = _ms(policy.cool_off), _ms(policy.idle_after)
-            args = (int(failed), token or "", policy.threshold, cool_off, idle)
+            verdict = ("1" if failed else "0") if answered else "-"
+            args = (verdict, token or "", policy.threshold, cool_off, idle)
             calls.append((key, (*args, _ms(throttle) if throttle > 0 else 0)))
             asked.append(i)
         for i, (key, _), reply in zip(asked, calls, self._run(1, calls), strict=True):

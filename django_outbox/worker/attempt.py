@@ -276,12 +276,12 @@ async def _attempt_at(
     failed = ending.result is AttemptResult.RETRY and asked and server_failed(ending.status)
     throttle = throttle_for(ending.status, ending.retry_after)
     if policy is not None:
-        report = Report(key, policy, failed, admission, throttle)
+        report = Report(key, policy, failed, admission, throttle, answered=asked)
         if await breaker_turns.record(breakers, report):
             ending = ending._replace(released=target.host)
     if rates is not None:
         hold = pacing.slow_down_for(ending.status, ending.retry_after, throttle)
-        closed = admission is not None and admission.kind == "probe" and not failed
+        closed = admission is not None and admission.kind == "probe" and asked and not failed
         await pacing.note(rates, target.host, hold=hold, probe_closed=closed and not hold)
     return ending
 

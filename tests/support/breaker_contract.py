@@ -133,6 +133,40 @@ class BreakerStoreContract:
         kinds = concurrently(16, lambda: store.admit(KEY, policy).kind)
         assert sorted(kinds) == ["held"] * 11 + ["pass"] * 5
 
+    # Admissions that end without a request (a payment that failed before it).
+
+    def test_a_probe_that_made_no_request_passes_the_probe_on(self, store: BreakerStore) -> None:
+        open_breaker(store)
+        time.sleep(COOLED)
+        probe = store.admit(KEY, POLICY)
+        assert probe.kind == "probe"
+        assert store.admit(KEY, POLICY).kind == "held"
+        assert store.record(KEY, POLICY, failed=False, admission=probe, answered=False) is False
+        # Still half-open: the next delivery is the probe, not one of many let through.
+        after = store.admit(KEY, POLICY)
+        assert after.kind == "probe"
+        assert after.token != probe.token
+        assert store.admit(KEY, POLICY).kind == "held"
+        [state] = store.states()
+        assert state.probing
+        # A stale probe's no-request report frees nothing of the current one's.
+        store.record(KEY, POLICY, failed=False, admission=probe, answered=False)
+        assert store.admit(KEY, POLICY).kind == "held"
+
+    def test_no_request_neither_counts_nor_starts_the_count_again(
+        self, store: BreakerStore
+    ) -> None:
+        policy = BreakerPolicy(threshold=2, cool_off=60, answer_within=60)
+        send_one(store, failed=True, policy=policy)
+        places = [store.admit(KEY, policy)]
+        assert places[0].kind == "pass"
+        assert store.admit(KEY, policy).why == "busy", "one failure and one awaiting"
+        store.record_many([Report(KEY, policy, False, places[0], answered=False)])
+        places.append(store.admit(KEY, policy))
+        assert places[1].kind == "pass", "its place was given back"
+        store.record(KEY, policy, failed=True, admission=places[1])
+        assert store.admit(KEY, policy).why == "open", "the failure before it still counted"
+
     def test_states_list_open_breakers_and_reset_closes_one(self, store: BreakerStore) -> None:
         before = datetime.now(UTC)
         open_breaker(store, "host:a.example")

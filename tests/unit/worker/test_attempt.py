@@ -240,3 +240,26 @@ def test_only_a_retry_after_a_request_counts_towards_the_hosts_breaker(
     else:
         assert [o.result for o in outcomes] == [AttemptResult.RETRY] * FAILING
     assert len(inbox_server.requests()) == sent
+
+
+def test_a_probe_that_ends_before_its_request_leaves_the_breaker_half_open(
+    inbox_server: InboxServer, transport: Transport
+) -> None:
+    policy = BreakerPolicy(threshold=2, cool_off=0.05)
+    breakers = MemoryBreakerStore()
+    key = "host:127.0.0.1"
+    for _ in range(policy.threshold):
+        breakers.record(key, policy, failed=True, admission=None)
+    time.sleep(0.1)
+    [job] = jobs(inbox_server, 1)
+
+    async def attempt() -> Outcome:
+        outcome = await perform(replace(job, ticket=_Ticket(False)), transport, breakers, policy)
+        transport.close()
+        return outcome
+
+    assert asyncio.run(attempt()).result is AttemptResult.RETRY
+    assert inbox_server.requests() == []
+    # Nothing said the host is back: the next delivery probes it, the others wait.
+    assert breakers.admit(key, policy).kind == "probe"
+    assert breakers.admit(key, policy).kind == "held"
