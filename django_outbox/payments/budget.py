@@ -1,7 +1,8 @@
 """A sender's daily payment budget: one row per sender and day, raised and lowered by
 conditional ``UPDATE`` statements, so that every worker sees one total and none can
 spend past it.  Only :mod:`~django_outbox.payments.ledger` calls these, as it stores,
-settles and refuses payments.
+settles and refuses payments; each is one statement written out
+(:mod:`~django_outbox.payments.statements`), as a paid delivery runs two or three.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import UTC, date, datetime, timedelta
 
-from django.db.models import F
+from django.db import connection
 
 from django_outbox.payments.lookups import day_of
 from django_outbox.payments.models import PaymentBudget
+from django_outbox.payments.statements import as_date, execute, fetch, marks, name
 
 
 def lock_day(senders: Collection[str], day: date) -> None:
@@ -28,12 +30,22 @@ def lock_day(senders: Collection[str], day: date) -> None:
     the ``FOR UPDATE`` is left out."""
     if not senders:
         return
-    rows = PaymentBudget.objects.select_for_update().filter(day=day).order_by("sender")
-    missing = set(senders) - set(rows.filter(sender__in=senders).values_list("sender", flat=True))
+    missing = set(senders) - _locked(senders, day)
     if missing:
         made = [PaymentBudget(sender=sender, day=day) for sender in sorted(missing)]
         PaymentBudget.objects.bulk_create(made, ignore_conflicts=True)
-        list(rows.filter(sender__in=missing).values_list("id", flat=True))
+        _locked(missing, day)
+
+
+def _locked(senders: Collection[str], day: date) -> set[str]:
+    """Lock the rows of ``senders`` on ``day`` that exist, in the order of their senders;
+    which senders have one."""
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    sql = (
+        f"SELECT sender FROM {name(PaymentBudget)} WHERE day = %s "
+        f"AND sender IN ({marks(senders)}) ORDER BY sender{lock}"
+    )
+    return {sender for (sender,) in fetch(sql, [as_date(day), *senders])}
 
 
 def reserve(sender: str, day: date, amount: int, budget: int) -> bool:
@@ -42,26 +54,42 @@ def reserve(sender: str, day: date, amount: int, budget: int) -> bool:
     The day's row is written only when the conditional update found none to raise (no
     row yet, or not enough left): one statement per payment, not two (after
     :func:`lock_day`, the row is there)."""
-    within = PaymentBudget.objects.filter(sender=sender, day=day, spent_msat__lte=budget - amount)
-    if within.update(spent_msat=F("spent_msat") + amount):
+    if _raise(sender, day, amount, budget - amount):
         return True
-    new = PaymentBudget(sender=sender, day=day)
-    PaymentBudget.objects.bulk_create([new], ignore_conflicts=True)
-    return bool(within.update(spent_msat=F("spent_msat") + amount))
+    PaymentBudget.objects.bulk_create(
+        [PaymentBudget(sender=sender, day=day)], ignore_conflicts=True
+    )
+    return _raise(sender, day, amount, budget - amount)
+
+
+def _raise(sender: str, day: date, amount: int, at_most: int | None = None) -> bool:
+    """Add ``amount`` to the row of ``sender`` on ``day``, only if it was ``at_most`` or
+    less (None: whatever it was); whether a row was raised."""
+    sql = (
+        f"UPDATE {name(PaymentBudget)} SET spent_msat = spent_msat + %s "
+        "WHERE sender = %s AND day = %s"
+    )
+    params: list[object] = [amount, sender, as_date(day)]
+    if at_most is not None:
+        sql += " AND spent_msat <= %s"
+        params.append(at_most)
+    return execute(sql, params) > 0
 
 
 def spend(sender: str, day: date, amount: int) -> None:
     """Add ``amount`` to the sender's spending on ``day`` whatever the budget: a payment
     given back as failed that the node later reports made."""
-    PaymentBudget.objects.filter(sender=sender, day=day).update(spent_msat=F("spent_msat") + amount)
+    _raise(sender, day, amount)
 
 
 def give_back(sender: str, day: date, amount: int) -> None:
     """Take ``amount`` off the sender's spending on ``day`` (a reservation not spent)."""
     if amount > 0:
-        PaymentBudget.objects.filter(sender=sender, day=day, spent_msat__gte=amount).update(
-            spent_msat=F("spent_msat") - amount
+        sql = (
+            f"UPDATE {name(PaymentBudget)} SET spent_msat = spent_msat - %s "
+            "WHERE sender = %s AND day = %s AND spent_msat >= %s"
         )
+        execute(sql, [amount, sender, as_date(day), amount])
 
 
 def seconds_to_next_day(now: datetime) -> float:

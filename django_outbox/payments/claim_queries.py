@@ -19,13 +19,10 @@ from datetime import datetime
 from django.db import connection
 
 from django_outbox.payments.models import PaymentAttempt, PaymentHost, PaymentState
+from django_outbox.payments.statements import marks
 
 #: The states of an attempt still open for its delivery: to pay, or to present.
 OPEN_STATES = (PaymentState.PENDING, PaymentState.PAID)
-
-
-def _marks(values: Collection[object]) -> str:
-    return ", ".join(["%s"] * len(values))
 
 
 def claim_attempts(
@@ -40,11 +37,11 @@ def claim_attempts(
     where: list[str] = []
     params: list[object] = []
     if ids:
-        where.append(f"({delivery} IN ({_marks(ids)}) AND {state} IN (%s, %s))")
+        where.append(f"({delivery} IN ({marks(ids)}) AND {state} IN (%s, %s))")
         params += [*ids, *(open_state.value for open_state in OPEN_STATES)]
     if hosts:
         kept = f"{state} = %s AND {retired} IS NULL AND {expires} > %s"
-        where.append(f"({host} IN ({_marks(hosts)}) AND ({state} = %s OR ({kept})))")
+        where.append(f"({host} IN ({marks(hosts)}) AND ({state} = %s OR ({kept})))")
         params += [*hosts, PaymentState.PENDING.value, PaymentState.USED.value]
         params.append(connection.ops.adapt_datetimefield_value(now))
     if not where:
@@ -61,7 +58,7 @@ def per_message_hosts(hosts: Collection[str]) -> set[str]:
         return set()
     quote = connection.ops.quote_name
     host, table, charges = quote("host"), quote(PaymentHost._meta.db_table), quote("per_message")
-    sql = f"SELECT {host} FROM {table} WHERE {host} IN ({_marks(hosts)}) AND {charges} = %s"
+    sql = f"SELECT {host} FROM {table} WHERE {host} IN ({marks(hosts)}) AND {charges} = %s"
     with connection.cursor() as cursor:
         cursor.execute(sql, [*hosts, True])
         return {name for (name,) in cursor.fetchall()}

@@ -38,10 +38,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.db import transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
-from django_outbox.payments import budget
+from django_outbox.payments import attempt_statements, budget
 from django_outbox.payments.batches import Effects, LedgerBatch, Verdict
 from django_outbox.payments.lookups import day_of
 from django_outbox.payments.models import (
@@ -144,28 +143,18 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
     A payment that ends (paid, or failed) frees its host's slot; a token accepted, or
     refused, teaches how its host charges (:func:`_used`, :func:`_retired`)."""
     now = timezone.now()
-    rows = PaymentAttempt.objects.filter(id=settlement.attempt_id)
     change = settlement.change
     just_paid = effects.paid.pop(settlement.attempt_id, None)
     if change is Change.PAID:
         # A failed attempt that was never paid can still turn out paid (the node knew
         # better); one the destination refused after paying cannot be paid again.
-        attempt = rows.filter(
-            Q(state=PaymentState.PENDING) | Q(state=PaymentState.FAILED, paid_at__isnull=True)
-        ).first()
+        attempt = attempt_statements.payable(settlement.attempt_id)
         if attempt is None:
             return
         # The node's word, bounded to what a payment can cost (and the columns hold).
         fee = min(max(0, settlement.fee_msat), MAX_MSAT)
-        updated = rows.filter(state=attempt.state).update(
-            state=PaymentState.PAID,
-            preimage=settlement.preimage,
-            fee_msat=fee,
-            paid_at=now,
-            reason="",
-            reserved_msat=attempt.amount_msat + fee,
-        )
         spent, day = attempt.amount_msat + fee, day_of(attempt.created_at)
+        updated = attempt_statements.mark_paid(attempt, settlement.preimage, fee, now, spent)
         if attempt.state == PaymentState.FAILED:  # given back too early: take it again
             budget.spend(attempt.sender, day, spent)
         else:
@@ -177,8 +166,11 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
             attempt.state = PaymentState.PAID
             effects.paid[attempt.pk] = attempt
     elif change is Change.FAILED:
-        attempt = rows.filter(state=PaymentState.PENDING).first()
-        if attempt is not None and rows.filter(state=PaymentState.PENDING).update(
+        pending = PaymentAttempt.objects.filter(
+            id=settlement.attempt_id, state=PaymentState.PENDING
+        )
+        attempt = pending.first()
+        if attempt is not None and pending.update(
             state=PaymentState.FAILED, reason=settlement.reason[:500], reserved_msat=0
         ):
             budget.give_back(attempt.sender, day_of(attempt.created_at), attempt.reserved_msat)
@@ -187,9 +179,8 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
     elif change is Change.USED:
         _used(settlement.attempt_id, effects, just_paid)
     elif change is Change.REJECTED:
-        if rows.filter(state=PaymentState.PAID).update(
-            state=PaymentState.FAILED, reason=settlement.reason[:500]
-        ):
+        paid = PaymentAttempt.objects.filter(id=settlement.attempt_id, state=PaymentState.PAID)
+        if paid.update(state=PaymentState.FAILED, reason=settlement.reason[:500]):
             effects.signals.failed.append((settlement.attempt_id, settlement.reason))
     elif change is Change.RETIRED:
         _retired(settlement.attempt_id, settlement.reason, effects)
@@ -205,23 +196,20 @@ def _used(attempt_id: int, effects: Effects, paid: PaymentAttempt | None = None)
     sells tokens (it accepted one twice), and all its parked deliveries go.  ``paid``:
     the attempt as the settlement just before this one left it (paid), not read again.
     """
-    rows = PaymentAttempt.objects.filter(id=attempt_id)
-    attempt = paid or rows.filter(state__in=(PaymentState.PAID, PaymentState.USED)).first()
+    attempt = paid or attempt_statements.paid_or_used(attempt_id)
     if attempt is None:
         return
     host, charges = attempt.host, effects.per_message(attempt.host)
     if attempt.state == PaymentState.USED:
-        rows.update(uses=F("uses") + 1)
+        attempt_statements.count_use(attempt_id)
         if charges is not False:
             _learn(host, False, effects)
         effects.release_all(host)
     elif charges:
         reason = "its host charges per message: a token opens one delivery"
-        rows.filter(state=PaymentState.PAID).update(
-            state=PaymentState.USED, uses=F("uses") + 1, retired_at=timezone.now(), reason=reason
-        )
+        attempt_statements.mark_used(attempt_id, (timezone.now(), reason))
     else:
-        rows.filter(state=PaymentState.PAID).update(state=PaymentState.USED, uses=F("uses") + 1)
+        attempt_statements.mark_used(attempt_id)
         if charges is None:
             effects.release_some(host, effects.probe)
         else:

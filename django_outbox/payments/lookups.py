@@ -26,6 +26,7 @@ from django_outbox.payments.models import (
     PaymentState,
 )
 from django_outbox.payments.reports import Challenge, KeptToken, OpenAttempt
+from django_outbox.payments.statements import fetch, name
 
 
 def day_of(moment: datetime) -> date:
@@ -89,33 +90,34 @@ def open_attempt_of(row: PaymentAttempt) -> OpenAttempt:
 
 
 def challenge_lookup(delivery_id: int, challenge: Challenge) -> tuple[int, PaymentAttempt | None]:
-    """What the ledger reads before storing a delivery's challenge, in one query: how
-    many payments the delivery made or has under way, and the attempt already stored
-    for the challenge's invoice (its payment hash is unique), if any."""
-    payment_hash = challenge.payment_hash
-    spent = Q(delivery_id=delivery_id) & (Q(paid_at__isnull=False) | Q(state=PaymentState.PENDING))
-    rows = PaymentAttempt.objects.filter(spent | Q(payment_hash=payment_hash))
+    """What the ledger reads before storing a delivery's challenge: how many payments the
+    delivery made or has under way, and the attempt already stored for the challenge's
+    invoice (its payment hash is unique), if any.  One query; a second reads that
+    attempt whole when there is one."""
+    payment_hash, pending = challenge.payment_hash, PaymentState.PENDING.value
+    sql = (
+        f"SELECT id, delivery_id, payment_hash, paid_at IS NOT NULL OR state = %s "
+        f"FROM {name(PaymentAttempt)} WHERE (delivery_id = %s "
+        "AND (paid_at IS NOT NULL OR state = %s)) OR payment_hash = %s"
+    )
     made, earlier = 0, None
-    for row in rows:
-        if row.delivery_id == delivery_id and (
-            row.paid_at is not None or row.state == PaymentState.PENDING
-        ):
-            made += 1
-        if row.payment_hash == payment_hash:
-            earlier = row
-    return made, earlier
+    for pk, delivery, row_hash, spent in fetch(sql, [pending, delivery_id, pending, payment_hash]):
+        made += delivery == delivery_id and bool(spent)
+        earlier = pk if row_hash == payment_hash else earlier
+    return made, None if earlier is None else PaymentAttempt.objects.get(pk=earlier)
 
 
 def pending_slots(host: str) -> set[int]:
     """The slots of ``host``'s payments under way (none: nobody is paying it)."""
-    rows = PaymentAttempt.objects.filter(host=host, state=PaymentState.PENDING)
-    return set(rows.values_list("slot", flat=True))
+    sql = f"SELECT slot FROM {name(PaymentAttempt)} WHERE host = %s AND state = %s"
+    return {slot for (slot,) in fetch(sql, [host, PaymentState.PENDING.value])}
 
 
 def host_charges(host: str) -> bool | None:
     """How the ledger learnt ``host`` charges: True per message, False by the token,
     None when it has not learnt it yet."""
-    return PaymentHost.objects.filter(host=host).values_list("per_message", flat=True).first()
+    sql = f"SELECT per_message FROM {name(PaymentHost)} WHERE host = %s"
+    return next((bool(charges) for (charges,) in fetch(sql, [host])), None)
 
 
 def orphans(older_than: float, limit: int = 20) -> list[tuple[int, str]]:

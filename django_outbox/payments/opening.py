@@ -31,6 +31,7 @@ from django_outbox.payments.models import PaymentAttempt, PaymentState
 from django_outbox.payments.reports import BOUGHT_MEANWHILE, Challenge, OpenAttempt
 from django_outbox.payments.served_again import conflict, reopenable, served_again
 from django_outbox.payments.settings import PaymentSettings
+from django_outbox.payments.statements import insert
 from django_outbox.values.outcomes import AttemptResult
 
 
@@ -106,7 +107,7 @@ def open_attempt(
     try:
         with transaction.atomic():
             if earlier is None:
-                stored = PaymentAttempt.objects.create(**fields)
+                stored = insert(PaymentAttempt(**fields))
             elif _reopen(earlier, fields):
                 stored = earlier
             else:

@@ -68,9 +68,13 @@ def test_one_query_counts_the_deliverys_payments_and_finds_the_invoices_attempt(
     attempt("c" * 64, "failed", delivery_id=pk)  # failed unpaid: cost nothing
     stored = attempt("d" * 64, "paid", delivery_id=other, paid_at=timezone.now())
     with CaptureQueriesContext(connection) as queries:
-        made, earlier = challenge_lookup(pk, challenge("d" * 64))
+        assert challenge_lookup(pk, challenge("e" * 64)) == (2, None)
     assert len(queries) == 1
+    with CaptureQueriesContext(connection) as queries:
+        made, earlier = challenge_lookup(pk, challenge("d" * 64))
+    assert len(queries) == 2  # the invoice's attempt is read whole
     assert (made, earlier) == (2, stored)
+    assert earlier is not None and earlier.state == "paid" and earlier.invoice == stored.invoice
     assert challenge_lookup(other, challenge("e" * 64)) == (1, None)
 
 

@@ -1,0 +1,64 @@
+"""The settlements a paid delivery always brings, written out: its attempt read, made paid,
+then used (:mod:`~django_outbox.payments.statements` says why they are not built by the
+ORM).  The rules stay in :mod:`~django_outbox.payments.ledger`: each statement here is
+conditional on the state the ledger says it leaves, and tells whether it changed a row.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django_outbox.payments.models import PaymentAttempt, PaymentState
+from django_outbox.payments.statements import as_datetime, execute, name
+
+#: What the ledger reads of an attempt it settles.
+_READ = "id, state, amount_msat, reserved_msat, sender, created_at, host, uses"
+
+
+def payable(attempt_id: int) -> PaymentAttempt | None:
+    """The attempt ``attempt_id`` if it may still turn out paid: pending, or failed
+    without having been paid (the node knew better); its columns :data:`_READ` only."""
+    where = "state = %s OR (state = %s AND paid_at IS NULL)"
+    return _read(attempt_id, where, [PaymentState.PENDING.value, PaymentState.FAILED.value])
+
+
+def paid_or_used(attempt_id: int) -> PaymentAttempt | None:
+    """The attempt ``attempt_id`` if it is paid or used (its columns :data:`_READ` only)."""
+    where = "state IN (%s, %s)"
+    return _read(attempt_id, where, [PaymentState.PAID.value, PaymentState.USED.value])
+
+
+def _read(attempt_id: int, where: str, params: list[object]) -> PaymentAttempt | None:
+    sql = f"SELECT {_READ} FROM {name(PaymentAttempt)} WHERE id = %s AND ({where})"
+    return next(iter(PaymentAttempt.objects.raw(sql, [attempt_id, *params])), None)
+
+
+def mark_paid(
+    attempt: PaymentAttempt, preimage: str, fee_msat: int, now: datetime, reserved_msat: int
+) -> bool:
+    """Make ``attempt`` paid with ``preimage`` and ``fee_msat`` at ``now``, holding
+    ``reserved_msat`` of its budget, if it is still in the state it was read in."""
+    sql = (
+        f"UPDATE {name(PaymentAttempt)} SET state = %s, preimage = %s, fee_msat = %s, "
+        "paid_at = %s, reason = '', reserved_msat = %s WHERE id = %s AND state = %s"
+    )
+    params = [PaymentState.PAID.value, preimage, fee_msat, as_datetime(now), reserved_msat]
+    return execute(sql, [*params, attempt.pk, attempt.state]) > 0
+
+
+def mark_used(attempt_id: int, retired: tuple[datetime, str] | None = None) -> bool:
+    """Count a delivery opened by the paid attempt ``attempt_id``'s token and make it
+    used; ``retired``: at that moment also retired, for that reason (a token that opens
+    one delivery)."""
+    values = "state = %s, uses = uses + 1"
+    params: list[object] = [PaymentState.USED.value]
+    if retired is not None:
+        values += ", retired_at = %s, reason = %s"
+        params += [as_datetime(retired[0]), retired[1]]
+    sql = f"UPDATE {name(PaymentAttempt)} SET {values} WHERE id = %s AND state = %s"
+    return execute(sql, [*params, attempt_id, PaymentState.PAID.value]) > 0
+
+
+def count_use(attempt_id: int) -> None:
+    """Count one more delivery opened by the used attempt ``attempt_id``'s token."""
+    execute(f"UPDATE {name(PaymentAttempt)} SET uses = uses + 1 WHERE id = %s", [attempt_id])

@@ -1,0 +1,74 @@
+"""Running the payment tables' most frequent statements as written-out SQL.
+
+A paid delivery runs about ten statements on these tables: the day's budget locked and
+raised, the host's slots and the invoice's history read, the attempt stored, then
+made paid and used, and what was not spent given back.  Built by the ORM, each cost
+0.27 to 0.48 ms of CPU on the benchmark machine, almost all of it compiling the query;
+written out, about 0.09 ms.  The statements stay where their rules are
+(:mod:`~django_outbox.payments.budget`, :mod:`~django_outbox.payments.lookups`,
+:mod:`~django_outbox.payments.ledger`); this module only runs them.  Names are quoted
+as the backend quotes them, and dates and times adapted as the ORM adapts them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import date, datetime
+from typing import Any, TypeVar
+
+from django.db import connection, models
+
+Stored = TypeVar("Stored", bound=models.Model)
+
+
+def name(model_or_column: type[models.Model] | str) -> str:
+    """A model's table, or a column, quoted for the database."""
+    if isinstance(model_or_column, str):
+        return connection.ops.quote_name(model_or_column)
+    return connection.ops.quote_name(model_or_column._meta.db_table)
+
+
+def marks(values: Collection[object]) -> str:
+    """One placeholder per value, comma-separated (for ``IN (...)``)."""
+    return ", ".join(["%s"] * len(values))
+
+
+def as_datetime(value: datetime) -> Any:
+    """``value`` as the database takes a ``DateTimeField``'s value."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def as_date(value: date) -> Any:
+    """``value`` as the database takes a ``DateField``'s value."""
+    return connection.ops.adapt_datefield_value(value)
+
+
+def execute(sql: str, params: Sequence[Any]) -> int:
+    """Run ``sql`` with ``params``: the number of rows it changed."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
+
+
+def fetch(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Run ``sql`` with ``params``: the rows it returned."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def insert(row: Stored) -> Stored:
+    """Store ``row``, a model instance not saved yet, with one ``INSERT ... RETURNING`` of
+    its primary key (no ``pre_save``/``post_save`` signals: nothing listens for the
+    payment tables' rows); ``row`` itself, as saved."""
+    meta = row._meta
+    fields = [field for field in meta.concrete_fields if not field.primary_key]
+    values = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    columns = ", ".join(name(str(field.column)) for field in fields)
+    sql = (
+        f"INSERT INTO {name(type(row))} ({columns}) VALUES ({marks(values)}) "
+        f"RETURNING {name(str(meta.pk.column))}"
+    )
+    row.pk = fetch(sql, values)[0][0]
+    row._state.adding, row._state.db = False, connection.alias
+    return row
