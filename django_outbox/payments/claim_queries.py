@@ -16,10 +16,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from datetime import datetime
 
-from django.db import connection
-
 from django_outbox.payments.models import PaymentAttempt, PaymentHost, PaymentState
-from django_outbox.payments.statements import marks
+from django_outbox.payments.statements import as_datetime, fetch, marks, name
 
 #: The states of an attempt still open for its delivery: to pay, or to present.
 OPEN_STATES = (PaymentState.PENDING, PaymentState.PAID)
@@ -31,9 +29,8 @@ def claim_attempts(
     """Newest first: the open attempts (:data:`OPEN_STATES`) of the deliveries ``ids``,
     and the attempts at ``hosts`` under way (pending) or kept as tokens (used, not
     retired, not expired at ``now``)."""
-    quote = connection.ops.quote_name  # the model's own column names
-    delivery, host, state = quote("delivery_id"), quote("host"), quote("state")
-    retired, expires = quote("retired_at"), quote("expires_at")
+    delivery, host, state = name("delivery_id"), name("host"), name("state")
+    retired, expires = name("retired_at"), name("expires_at")
     where: list[str] = []
     params: list[object] = []
     if ids:
@@ -43,11 +40,11 @@ def claim_attempts(
         kept = f"{state} = %s AND {retired} IS NULL AND {expires} > %s"
         where.append(f"({host} IN ({marks(hosts)}) AND ({state} = %s OR ({kept})))")
         params += [*hosts, PaymentState.PENDING.value, PaymentState.USED.value]
-        params.append(connection.ops.adapt_datetimefield_value(now))
+        params.append(as_datetime(now))
     if not where:
         return []
-    table = quote(PaymentAttempt._meta.db_table)
-    sql = f"SELECT * FROM {table} WHERE {' OR '.join(where)} ORDER BY {quote('id')} DESC"
+    table, newest = name(PaymentAttempt), name("id")
+    sql = f"SELECT * FROM {table} WHERE {' OR '.join(where)} ORDER BY {newest} DESC"
     return PaymentAttempt.objects.raw(sql, params)
 
 
@@ -56,9 +53,7 @@ def per_message_hosts(hosts: Collection[str]) -> set[str]:
     own invoice); the others are taken to sell tokens."""
     if not hosts:
         return set()
-    quote = connection.ops.quote_name
-    host, table, charges = quote("host"), quote(PaymentHost._meta.db_table), quote("per_message")
+    host, charges = name("host"), name("per_message")
+    table = name(PaymentHost)
     sql = f"SELECT {host} FROM {table} WHERE {host} IN ({marks(hosts)}) AND {charges} = %s"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*hosts, True])
-        return {name for (name,) in cursor.fetchall()}
+    return {found for (found,) in fetch(sql, [*hosts, True])}

@@ -104,7 +104,7 @@ def challenge_lookup(delivery_id: int, challenge: Challenge) -> tuple[int, Payme
     for pk, delivery, row_hash, spent in fetch(sql, [pending, delivery_id, pending, payment_hash]):
         made += delivery == delivery_id and bool(spent)
         earlier = pk if row_hash == payment_hash else earlier
-    return made, None if earlier is None else PaymentAttempt.objects.get(pk=earlier)
+    return made, None if earlier is None else PaymentAttempt.objects.filter(pk=earlier).first()
 
 
 def pending_slots(host: str) -> set[int]:
