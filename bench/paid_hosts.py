@@ -29,6 +29,8 @@ Each run also records the CPU of the worker, of each farm, of this tree's Postgr
 Redis, of this process and of the whole machine: what the machine did beyond those is
 another tree's benchmark or tests, and a run where that passes :data:`DISTURBED` is run
 again (its figures are kept, marked, out of the summaries).
+With ``--known-hosts`` the charging hosts start each run known to charge per message (as
+the database remembers them after a first run): the same runs without the learning phase.
 Targets: the 10%-paid median keeps the unpaid rate at 90% or more of the all-unpaid
 median; in 1-paid-slow-node the paid host gets 20 deliveries/s or more and the unpaid
 hosts keep 90% of the all-unpaid rate.  Results go to ``bench/results/paid_hosts.json``.
@@ -153,15 +155,18 @@ def one_run(
     messages: int,
     settings: dict[str, Any],
     wait_paid: bool = False,
+    known: bool = False,
 ) -> dict[str, Any]:
     """One timed run on a fresh worker; figures for the unpaid and the paid hosts, and
     the CPU that the worker, each farm and the whole machine used meanwhile.  With
-    ``wait_paid`` it ends when the paid hosts have their deliveries too."""
+    ``wait_paid`` it ends when the paid hosts have their deliveries too; with ``known``
+    the paid hosts start known to charge per message, as a run after the first finds them."""
     from django.db import connection
     from django.db.models import Max
 
     from django_outbox import outbox
     from django_outbox.models import Delivery
+    from django_outbox.payments.models import PaymentHost
 
     reset_state(env)
     with connection.cursor() as cursor:
@@ -169,6 +174,8 @@ def one_run(
             "TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget, "
             "django_outbox_paymenthost"
         )
+    if known:
+        PaymentHost.objects.bulk_create([PaymentHost(host=h, per_message=True) for h in paid_hosts])
     unpaid_total = messages * (len(urls) - len(paid_hosts))
     unpaid = Delivery.objects.exclude(host__in=paid_hosts)
     paid_total = messages * len(paid_hosts)
@@ -220,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=0, help="runs of each variant")
     parser.add_argument("--only", default="", help="variants to run, comma-separated")
     parser.add_argument(
+        "--known-hosts",
+        action="store_true",
+        help="the charging hosts start known to charge per message (no learning phase)",
+    )
+    parser.add_argument(
         "--max-parallel", type=int, default=0, help="MAX_PARALLEL_PER_HOST (default: the package's)"
     )
     options = parser.parse_args(argv)
@@ -235,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     slow = PaidFarm(env, 1, price_msat=PRICE_MSAT, first=SLOW_HOST, pay_delay=SLOW_PAYMENT)
     extra = {"MAX_PARALLEL_PER_HOST": options.max_parallel} if options.max_parallel else {}
     results["max_parallel"] = options.max_parallel or None
+    results["known_hosts"] = options.known_hosts
     with Farm(env, HOSTS) as free, charging as paid, selling as tokens, slow as one:
         pay = {"OUTBOX_PAYMENTS": payments_setting(paid, **extra)}
         variants = {
@@ -260,7 +273,10 @@ def main(argv: list[str] | None = None) -> int:
                 while True:
                     farms = (free, farm)
                     wait_paid = label == "1-paid-slow-node"
-                    figures = one_run(env, farms, urls, paid_hosts, messages, settings, wait_paid)
+                    known = options.known_hosts
+                    figures = one_run(
+                        env, farms, urls, paid_hosts, messages, settings, wait_paid, known
+                    )
                     log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
                     runs.setdefault(label, []).append(figures)
                     if not figures["disturbed"] or retries == 0:
