@@ -273,9 +273,15 @@ def main(argv: list[str] | None = None) -> int:
                 while True:
                     farms = (free, farm)
                     wait_paid = label == "1-paid-slow-node"
-                    known = options.known_hosts
                     figures = one_run(
-                        env, farms, urls, paid_hosts, messages, settings, wait_paid, known
+                        env,
+                        farms,
+                        urls,
+                        paid_hosts,
+                        messages,
+                        settings,
+                        wait_paid,
+                        options.known_hosts,
                     )
                     log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
                     runs.setdefault(label, []).append(figures)
