@@ -13,11 +13,17 @@ is retried by ``autoretry_for`` with an exponential backoff (2 s doubling to
 breaker's hold stored on the row, at most ``OUTBOX_COUNTDOWN_LIMIT`` away) are
 retried with ``self.retry(countdown=...)``, the wait until the first comes due:
 the row, not the task, holds the backoff, so it honours ``Retry-After`` and the
-batch's deadline whoever sends it.
+batch's deadline whoever sends it.  That retry is published and the task returns
+(``throw=False``): a ``Retry`` raised makes Celery copy the traceback into an
+``ExceptionInfo``, which on Python 3.11+ lists the code positions of every frame's
+function, milliseconds per retry, and deliveries parked while their host is paid
+retry often.  It is logged at ``INFO`` (``not due yet``); Celery's ``task_retry``
+signal is not sent for it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +38,7 @@ from celery.signals import (
 )
 from django.db import close_old_connections
 
+from django_outbox.broker.backlog import read_sent
 from django_outbox.broker.publish import DELIVER, EXPAND, SWEEP
 from django_outbox.conf import conf
 from django_outbox.extensions.registry import active
@@ -42,6 +49,8 @@ from django_outbox.upkeep.sweeper import sweep as run_sweep
 from django_outbox.worker.claiming import run_deliveries
 from django_outbox.worker.lifecycle import start_worker_process, stop_worker_process, sweep_part
 from django_outbox.worker.process import ProcessUnfit
+
+logger = logging.getLogger("django_outbox.worker")
 
 
 class OutboxTask(Task):  # type: ignore[type-arg]
@@ -91,13 +100,19 @@ def deliver(self: OutboxTask, ids: list[int]) -> None:
         # before the first claim.  Elsewhere the process's parts already run.
         start_worker_process()
     lane = (self.request.delivery_info or {}).get("routing_key")
+    # Its retries keep the first message's headers, and so its publish time.
+    sent = read_sent(self.request.headers)
     try:
-        later = run_deliveries(ids, urgent=lane == Lane.PRIORITY)
+        later = run_deliveries(
+            ids, urgent=lane == Lane.PRIORITY, published=sent.at if sent else None
+        )
     except ProcessUnfit as unfit:
         raise Reject(str(unfit), requeue=True) from unfit
     if later is not None:
         not_due, countdown = later
-        raise self.retry(args=(not_due,), countdown=countdown)
+        # Run eagerly (apply()), the retry must be raised: apply() runs it.
+        self.retry(args=(not_due,), countdown=countdown, throw=bool(self.request.is_eager))
+        logger.info("%d deliveries not due yet: retried in %.3f s", len(not_due), countdown)
 
 
 @_retried_task(EXPAND)

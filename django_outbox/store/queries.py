@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, Min, OuterRef, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from django_outbox.models import LIVE_STATES, Delivery, DeliveryState, Lane
@@ -91,22 +91,29 @@ def stranded_pairs() -> list[tuple[str, str]]:
     return [(row["ordering_key"], row["inbox"]) for row in stranded]
 
 
-def not_yet_due(ids: Sequence[int], horizon: float) -> tuple[list[int], datetime | None]:
-    """Queued ids that come due within ``horizon`` seconds, and the earliest due time."""
+def not_yet_due(
+    ids: Sequence[int], horizon: float, published: datetime | None = None
+) -> tuple[list[int], datetime | None]:
+    """Queued ids that come due within ``horizon`` seconds, and the earliest due time.
+
+    With ``published`` (when the message asking was published), only the rows not
+    dispatched again since: a row stamped later has a newer message of its own (a
+    dispatch stamps its rows, then publishes them), which retries it if need be."""
     if not ids:  # a task's deliveries were all claimed: nothing to ask
         return [], None
     now = timezone.now()
-    rows = list(
-        Delivery.objects.filter(
-            id__in=ids,
-            state=DeliveryState.QUEUED,
-            next_attempt_at__gt=now,
-            next_attempt_at__lte=now + timedelta(seconds=horizon),
-        ).values_list("id", "next_attempt_at")
+    rows = Delivery.objects.filter(
+        id__in=ids,
+        state=DeliveryState.QUEUED,
+        next_attempt_at__gt=now,
+        next_attempt_at__lte=now + timedelta(seconds=horizon),
     )
-    if not rows:
+    if published is not None:
+        rows = rows.filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lte=published))
+    found = list(rows.values_list("id", "next_attempt_at"))
+    if not found:
         return [], None
-    return [row[0] for row in rows], min(row[1] for row in rows)
+    return [row[0] for row in found], min(row[1] for row in found)
 
 
 def queued() -> QuerySet[Delivery]:

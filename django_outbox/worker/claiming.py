@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -41,7 +42,11 @@ _NO_LIMIT = 1 << 30
 
 
 def run_deliveries(
-    ids: Sequence[int], *, wait: bool = True, urgent: bool = False
+    ids: Sequence[int],
+    *,
+    wait: bool = True,
+    urgent: bool = False,
+    published: datetime | None = None,
 ) -> tuple[list[int], float] | None:
     """Claim ``ids`` and start sending them.
 
@@ -53,8 +58,11 @@ def run_deliveries(
     Celery process blocked here cannot take the priority lane's messages.
     ``urgent`` ids (the priority lane's) are claimed at once.  Returns the ids
     that are queued but not due yet with the seconds until the first is, for the
-    task to retry with, or ``None``.  Raises :class:`ProcessUnfit` once the process
-    cannot go on (before claiming more).
+    task to retry with, or ``None``; with ``published`` (when the task's message was
+    first published), only those not dispatched again since, whose newer message
+    retries them itself (a delivery held again and again while its host is paid
+    would otherwise gather one more retrying message per hold).  Raises
+    :class:`ProcessUnfit` once the process cannot go on (before claiming more).
     """
     process = this_process()
     token = new_token()
@@ -72,7 +80,8 @@ def run_deliveries(
         if claimed:
             refused += process.engine.submit(process.prepared(claimed))
     give_back([job.row for job in refused])
-    waiting, due = not_yet_due([i for i in ids if i not in taken], conf.COUNTDOWN_LIMIT)
+    left = [i for i in ids if i not in taken]
+    waiting, due = not_yet_due(left, conf.COUNTDOWN_LIMIT, published)
     if due is None:
         return None
     return waiting, max(0.0, (due - timezone.now()).total_seconds())

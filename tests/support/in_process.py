@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from django_outbox.models import Lane
 from django_outbox.tasks import deliver
@@ -12,8 +13,15 @@ from django_outbox.worker.process import this_process
 
 
 @contextmanager
-def running(ids: list[int], *, retries: int = 0, queue: str = Lane.DEFAULT) -> Iterator[None]:
-    """The task's request while a worker runs it with ``ids`` from ``queue``."""
+def running(
+    ids: list[int],
+    *,
+    retries: int = 0,
+    queue: str = Lane.DEFAULT,
+    headers: dict[str, Any] | None = None,
+) -> Iterator[None]:
+    """The task's request while a worker runs it with ``ids`` from ``queue``, its
+    message carrying ``headers``."""
     deliver.push_request(
         id="deliver-under-test",
         args=[ids],
@@ -22,6 +30,7 @@ def running(ids: list[int], *, retries: int = 0, queue: str = Lane.DEFAULT) -> I
         called_directly=False,
         is_eager=True,
         delivery_info={"exchange": "", "routing_key": queue},
+        headers=headers,
     )
     try:
         yield

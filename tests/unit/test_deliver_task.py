@@ -7,6 +7,7 @@ with the signature it would publish rather than a message on a broker.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from celery.exceptions import Retry
 from django.db import OperationalError, connection
 
+from django_outbox.broker.backlog import header
 from django_outbox.models import Delivery, DeliveryState, Lane
 from django_outbox.tasks import DATABASE_OUTAGES, deliver
 from django_outbox.worker.process import this_process
@@ -72,6 +74,37 @@ def test_rows_not_due_yet_are_retried_at_the_first_due_time(worker_process: None
 
 
 @pytest.mark.django_db
+def test_a_message_retries_only_the_rows_not_dispatched_again_since_it_was_published(
+    worker_process: None,
+) -> None:
+    """A delivery held again and again while its host is paid gets a message per hold:
+    the older messages, finding it not due, leave it to the newest (its dispatch stamp
+    is later than their publish time) rather than each retrying it once more."""
+    parent = message()
+    published = time.time() - 10
+    mine = delivery(parent, next_attempt_at=hence(30), dispatched_at=hence(-20))
+    undispatched = delivery(parent, next_attempt_at=hence(40), dispatched_at=None)
+    again = delivery(parent, next_attempt_at=hence(20), dispatched_at=hence(-5))
+    ids = [mine.pk, undispatched.pk, again.pk]
+
+    with running(ids, headers=header(mine.pk, published)), pytest.raises(Retry) as raised:
+        deliver.run(ids)
+
+    retry = raised.value
+    assert retry.sig is not None and sorted(retry.sig.args[0]) == [mine.pk, undispatched.pk]
+    assert 28 < float(retry.when) <= 30, "the wait is that of the rows it keeps"
+    assert retry.sig.options["headers"] == header(mine.pk, published), "its publish time kept"
+
+
+@pytest.mark.django_db
+def test_a_message_whose_rows_were_all_dispatched_again_just_ends(worker_process: None) -> None:
+    parent = message()
+    again = delivery(parent, next_attempt_at=hence(20), dispatched_at=hence(-5))
+    with running([again.pk], headers=header(again.pk, time.time() - 10)):
+        assert deliver.run([again.pk]) is None
+
+
+@pytest.mark.django_db
 def test_with_nothing_due_within_the_countdown_limit_the_task_just_ends(
     worker_process: None,
 ) -> None:
@@ -124,7 +157,7 @@ def test_a_database_outage_is_retried_with_a_doubling_backoff(
 
 
 def test_only_database_outages_are_retried_by_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(ids: list[int], urgent: bool) -> None:
+    def broken(ids: list[int], urgent: bool, published: object) -> None:
         raise ValueError("a bug, not an outage")
 
     monkeypatch.setattr("django_outbox.tasks.run_deliveries", broken)
