@@ -14,6 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_outbox import Batch, outbox
+from django_outbox.broker.backlog import header
 from django_outbox.models import Delivery
 from django_outbox.tasks import deliver
 from testproject.demo.keys import ACTOR, ED_ACTOR
@@ -150,6 +151,32 @@ def test_a_task_for_deliveries_not_due_yet_retries_itself_until_they_are(
         r"Task django_outbox\.deliver\[([0-9a-f-]+)\] succeeded", worker.log()[log_before:]
     )
     assert any(ran.count(task_id) == 2 for task_id in ran), ran
+
+
+def test_a_message_older_than_its_deliverys_last_dispatch_leaves_it_to_the_newer_one(
+    worker: Worker, inbox_server: InboxServer
+) -> None:
+    """Two more messages for a delivery that waits out a ``Retry-After`` (its countdown
+    message published, its row stamped): one published before that stamp hands the
+    delivery over and ends (its id runs once); one published after it retries itself to
+    the due time (its id runs twice).  The delivery is sent once more, not three times."""
+    inbox_server.behave("/inbox", Behaviour(statuses=(503, 202), headers={"Retry-After": "3"}))
+    outbox.send(ACTOR, NOTE, [inbox_server.url()])
+    row = wait_for(lambda: Delivery.objects.filter(last_status=503, state="queued").first())
+    assert row.dispatched_at is not None and row.next_attempt_at > timezone.now()
+    log_before = len(worker.log())
+    stamped = row.dispatched_at.timestamp()
+    older = deliver.apply_async(([row.pk],), queue="outbox", headers=header(row.pk, stamped - 1))
+    newer = deliver.apply_async(([row.pk],), queue="outbox", headers=header(row.pk, time.time()))
+    settled(1, timeout=20)
+    time.sleep(1)  # the retried message runs at the due time too, and finds it taken
+    succeeded = re.findall(
+        r"Task django_outbox\.deliver\[([0-9a-f-]+)\] succeeded", worker.log()[log_before:]
+    )
+    assert succeeded.count(older.id) == 1, "no retry: the delivery has a newer message"
+    assert succeeded.count(newer.id) == 2, "retried once, to the due time"
+    assert [r.status for r in inbox_server.requests()] == [503, 202]
+    assert Delivery.objects.get().attempts == 2
 
 
 def test_410_is_refused_once_and_the_signals_say_so(
