@@ -20,9 +20,15 @@ import argparse
 import time
 from typing import Any
 
-from bench.common import RESULTS_DIR, Env, activity, log, reset_state, setup_django, start_services
+from bench.common import RESULTS_DIR, Env, activity, log, setup_django, start_services
 from bench.figures import machine, save_json, summary, wait_quiet
-from bench.paid_hosts import PRICE_MSAT, SLOW_HOST, SLOW_PAYMENT, payments_setting
+from bench.paid_hosts import (
+    PRICE_MSAT,
+    SLOW_HOST,
+    SLOW_PAYMENT,
+    payments_setting,
+    reset_payments,
+)
 from bench.processes import Farm, PaidFarm, Worker, services_cpu_seconds
 
 MESSAGES = 150
@@ -38,20 +44,13 @@ def _pushes(env: Env) -> int:
 
 def one_run(env: Env, paid: PaidFarm, urls: list[str], paid_host: str) -> dict[str, Any]:
     """One burst on a fresh worker, the paid host known to charge per message."""
-    from django.db import connection
     from django.db.models import Max, Sum
 
     from django_outbox import outbox
     from django_outbox.models import Attempt, Delivery
-    from django_outbox.payments.models import PaymentAttempt, PaymentHost
+    from django_outbox.payments.models import PaymentAttempt
 
-    reset_state(env)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget, "
-            "django_outbox_paymenthost"
-        )
-    PaymentHost.objects.create(host=paid_host, per_message=True)
+    reset_payments(env, {paid_host})
     with Worker(env, {"OUTBOX_PAYMENTS": payments_setting(paid)}) as worker:
         wait_quiet()
         cpu, services, pushes = worker.cpu_seconds(), services_cpu_seconds(), _pushes(env)

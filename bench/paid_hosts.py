@@ -147,6 +147,23 @@ def _ratios(results: dict[str, Any], label: str) -> tuple[float, float]:
     return rate, cpu
 
 
+def reset_payments(env: Env, known: set[str]) -> None:
+    """Empty the outbox tables (:func:`~bench.common.reset_state`) and the payment
+    tables; the hosts ``known`` start known to charge per message, as the database
+    remembers them after a first run."""
+    from django.db import connection
+
+    from django_outbox.payments.models import PaymentHost
+
+    reset_state(env)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget, "
+            "django_outbox_paymenthost"
+        )
+    PaymentHost.objects.bulk_create([PaymentHost(host=host, per_message=True) for host in known])
+
+
 def one_run(
     env: Env,
     farms: tuple[Farm, PaidFarm],
@@ -161,21 +178,12 @@ def one_run(
     the CPU that the worker, each farm and the whole machine used meanwhile.  With
     ``wait_paid`` it ends when the paid hosts have their deliveries too; with ``known``
     the paid hosts start known to charge per message, as a run after the first finds them."""
-    from django.db import connection
     from django.db.models import Max
 
     from django_outbox import outbox
     from django_outbox.models import Delivery
-    from django_outbox.payments.models import PaymentHost
 
-    reset_state(env)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "TRUNCATE django_outbox_paymentattempt, django_outbox_paymentbudget, "
-            "django_outbox_paymenthost"
-        )
-    if known:
-        PaymentHost.objects.bulk_create([PaymentHost(host=h, per_message=True) for h in paid_hosts])
+    reset_payments(env, paid_hosts if known else set())
     unpaid_total = messages * (len(urls) - len(paid_hosts))
     unpaid = Delivery.objects.exclude(host__in=paid_hosts)
     paid_total = messages * len(paid_hosts)
