@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -258,7 +259,10 @@ def test_prune_deletes_batch_after_batch_within_its_share_of_the_sweep_interval(
     for parent in parents:
         delivery(parent, DELIVERED, finished_at=ago(LONG_AGO + 60))
     pauses: list[float] = []
-    monkeypatch.setattr("django_outbox.store.pruning.time.sleep", pauses.append)
+    # The pruning module's own clock, not the time module: other threads of this
+    # process (a worker fixture's) sleep meanwhile, and are not the prune's pauses.
+    clock = SimpleNamespace(monotonic=time.monotonic, sleep=pauses.append)
+    monkeypatch.setattr("django_outbox.store.pruning.time", clock)
     assert [prune(), Delivery.objects.count(), Message.objects.count()] == [5, 0, 0]
     assert len(batches) == 3  # 2 + 2 + 1 deliveries, a transaction each
     assert len(pauses) == 2 and all(pause >= 0 for pause in pauses)  # none after the last
