@@ -101,6 +101,8 @@ class FakeLndServer:
         self.in_flight = 0
         self.status_next: list[int] = []
         self.calls: list[LndCall] = []
+        #: Connections accepted so far (a client that keeps them alive opens few).
+        self.connections = 0
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: QuietHTTPServer | None = None
@@ -190,6 +192,11 @@ def _handler_for(server: FakeLndServer) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # quiet tests
+
+        def setup(self) -> None:
+            super().setup()
+            with server._lock:
+                server.connections += 1
 
         def _send(self, status: int, body: Any, call_body: Any = None) -> None:
             server._record(LndCall(self.command, self.path, call_body, status))

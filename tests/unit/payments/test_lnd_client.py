@@ -185,6 +185,22 @@ def test_a_request_lnd_rejects_before_paying_is_a_client_error(
     assert client_for(lnd).lookup(issued.payment_hash).state is PaymentState.UNKNOWN
 
 
+def test_answers_read_to_their_end_keep_their_connection_and_streams_do_not(
+    lnd: FakeLndServer, issuer: InvoiceIssuer
+) -> None:
+    client = client_for(lnd)
+    for _ in range(3):
+        assert client.lookup("ab" * 32).state is PaymentState.UNKNOWN
+    issued = issuer.invoice(1000)
+    client.pay(issued.invoice, None, 0)
+    assert lnd.connections == 1
+    # A payment's track answer is a stream, left after its first line: its connection
+    # is closed, and the next call opens another.
+    assert client.lookup(issued.payment_hash).state is PaymentState.COMPLETE
+    assert client.lookup("cd" * 32).state is PaymentState.UNKNOWN
+    assert lnd.connections == 2
+
+
 def test_no_listener_is_a_client_error(issuer: InvoiceIssuer) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
