@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import urllib3
+from requests.utils import DEFAULT_CA_BUNDLE_PATH
 from urllib3.exceptions import HTTPError
 
 from django_outbox.exceptions import OutboxConfigurationError
@@ -83,8 +84,8 @@ class LndRestClient:
 
     ``url`` is the REST listener (``https://host:8080``); give ``macaroon_path`` (e.g.
     ``.../admin.macaroon``) or ``macaroon_hex``; ``tls_cert_path`` is LND's
-    ``tls.cert`` (None: the system CAs, for an LND behind a proxy with a public
-    certificate).  ``timeout`` bounds each call in seconds.
+    ``tls.cert`` (None: the public CAs that ``requests`` trusts, certifi's, for an LND
+    behind a proxy with a public certificate).  ``timeout`` bounds each call in seconds.
     """
 
     url: str
@@ -122,7 +123,7 @@ class LndRestClient:
             "timeout": urllib3.Timeout(connect=min(5.0, self.timeout), read=self.timeout),
         }
         if parts.scheme == "https":
-            ca_certs = str(self.tls_cert_path) if self.tls_cert_path else None
+            ca_certs = str(self.tls_cert_path) if self.tls_cert_path else DEFAULT_CA_BUNDLE_PATH
             self._pool = urllib3.HTTPSConnectionPool(
                 parts.hostname, parts.port, cert_reqs="CERT_REQUIRED", ca_certs=ca_certs, **options
             )
