@@ -11,7 +11,7 @@ an extension writes only those it needs.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -78,6 +78,12 @@ class Extension:
         """At the claim, before any of ``claimed`` is sent (``messages``: the message of
         each, by id)."""
         return Tickets()
+
+    def published_first(self, hosts: Collection[str]) -> set[str]:
+        """Which of ``hosts`` (those of a send's new deliveries) the extension wants served
+        ahead of their lane's backlog: their deliveries are published on the priority
+        lane rather than their message's."""
+        return set()
 
     def park(self, holds: Sequence[Outcome]) -> list[Outcome]:
         """``holds`` (the claim's, and those the recorder meets) but those this extension

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from importlib import import_module
 from typing import TYPE_CHECKING, Literal
 
@@ -54,6 +54,15 @@ def steps_of(hook: Literal["sweep_steps", "recovery_steps"]) -> dict[str, Callab
     return {
         name: step for extension in active() for name, step in getattr(extension, hook)().items()
     }
+
+
+def published_first(hosts: Collection[str]) -> set[str]:
+    """Which of ``hosts`` an active extension wants served ahead of their lane's backlog
+    (:meth:`~django_outbox.extensions.Extension.published_first`); none when none is on."""
+    extensions = active()
+    if not extensions or not hosts:
+        return set()
+    return set().union(*(extension.published_first(hosts) for extension in extensions))
 
 
 def tickets(claimed: Sequence[ClaimedRow], messages: Mapping[int, MessageData]) -> Tickets:

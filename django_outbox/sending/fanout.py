@@ -15,6 +15,7 @@ from django.db import transaction
 
 from django_outbox.broker.publish import publish, publish_on_commit
 from django_outbox.conf import conf
+from django_outbox.extensions.registry import published_first
 from django_outbox.models import Lane, Message, PendingInboxes
 from django_outbox.store.transitions import create_deliveries, promote_freed
 
@@ -38,14 +39,15 @@ def choose_lane(inbox_count: int, low_priority: bool) -> str:
 def write_deliveries(
     message: Message, inboxes: Sequence[str], via: Mapping[str, list[str]] | None = None
 ) -> None:
-    """Insert a delivery per inbox; publish the queued ones once the transaction commits.
+    """Insert a delivery per inbox; publish the queued ones once the transaction commits
+    (on the priority lane those to hosts an extension serves first, e.g. paid ones).
 
     Deliveries that wait behind an earlier one with their ordering key are
     looked at again on commit: the worker that finishes the earlier one looks
     for its successor right after saving, and found none if these rows were not
     committed yet.
     """
-    queued, waiting = create_deliveries(message, inboxes, via)
+    queued, waiting = create_deliveries(message, inboxes, via, published_first)
     publish_on_commit(queued)
     if waiting:
         message_id, key = message.pk, message.ordering_key

@@ -30,8 +30,8 @@ def bulk_insert(
     vias: Sequence[list[str]],
     waiting: set[str],
     now: datetime,
-) -> list[int]:
-    """Insert a row per inbox (``waiting`` ones as such); the ids of the queued ones."""
+) -> list[tuple[int, str]]:
+    """Insert a row per inbox (``waiting`` ones as such); the id and host of each queued one."""
     if connection.vendor == "postgresql":
         return _insert_unnest(message, inboxes, hosts, vias, waiting, now)
     rows = [
@@ -50,7 +50,7 @@ def bulk_insert(
         for inbox, host, via in zip(inboxes, hosts, vias, strict=True)
     ]
     Delivery.objects.bulk_create(rows, batch_size=2000)
-    return [row.pk for row in rows if row.state == DeliveryState.QUEUED]
+    return [(row.pk, row.host) for row in rows if row.state == DeliveryState.QUEUED]
 
 
 def _insert_unnest(
@@ -60,7 +60,7 @@ def _insert_unnest(
     vias: Sequence[list[str]],
     waiting: set[str],
     now: datetime,
-) -> list[int]:
+) -> list[tuple[int, str]]:
     """:func:`bulk_insert` on PostgreSQL, in one statement.
 
     Every other column takes the value a new ``Delivery`` of ``message`` has,
@@ -86,7 +86,7 @@ def _insert_unnest(
     sql = (
         f"INSERT INTO {quote(Delivery._meta.db_table)} ({columns}) "
         f"SELECT {values} FROM unnest({arrays}) AS u({names}) "
-        f"RETURNING {quote('id')}, {quote('state')}"
+        f"RETURNING {quote('id')}, {quote('host')}, {quote('state')}"
     )
     queued = DeliveryState.QUEUED.value
     states = [DeliveryState.WAITING.value if i in waiting else queued for i in inboxes]
@@ -103,7 +103,7 @@ def _insert_unnest(
     ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [row_id for row_id, state in cursor.fetchall() if state == queued]
+        return [(row_id, host) for row_id, host, state in cursor.fetchall() if state == queued]
 
 
 def _db_type(field: Field[Any, Any]) -> str:
