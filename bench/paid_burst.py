@@ -43,20 +43,24 @@ def _pushes(env: Env) -> int:
 
 
 def one_run(env: Env, paid: PaidFarm, urls: list[str], paid_host: str) -> dict[str, Any]:
-    """One burst on a fresh worker, the paid host known to charge per message."""
+    """One burst on a fresh worker, the paid host known to charge per message; the
+    sends run with the worker's settings, as a site's web processes do."""
     from django.db.models import Max, Sum
+    from django.test import override_settings
 
     from django_outbox import outbox
     from django_outbox.models import Attempt, Delivery
     from django_outbox.payments.models import PaymentAttempt
 
     reset_payments(env, {paid_host})
-    with Worker(env, {"OUTBOX_PAYMENTS": payments_setting(paid)}) as worker:
+    settings = {"OUTBOX_PAYMENTS": payments_setting(paid)}
+    with Worker(env, settings) as worker:
         wait_quiet()
         cpu, services, pushes = worker.cpu_seconds(), services_cpu_seconds(), _pushes(env)
         started = time.time()
-        for n in range(MESSAGES):
-            outbox.send("https://demo.example/users/alice", activity(n), urls)
+        with override_settings(**settings):
+            for n in range(MESSAGES):
+                outbox.send("https://demo.example/users/alice", activity(n), urls)
         deadline = time.monotonic() + 300
         done = Delivery.objects.filter(state="delivered")
         while done.count() < MESSAGES * len(urls) and time.monotonic() < deadline:

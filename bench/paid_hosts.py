@@ -177,8 +177,11 @@ def one_run(
     """One timed run on a fresh worker; figures for the unpaid and the paid hosts, and
     the CPU that the worker, each farm and the whole machine used meanwhile.  With
     ``wait_paid`` it ends when the paid hosts have their deliveries too; with ``known``
-    the paid hosts start known to charge per message, as a run after the first finds them."""
+    the paid hosts start known to charge per message, as a run after the first finds them.
+    The sends run with the worker's ``settings``, as a site's web processes share its
+    workers' settings module."""
     from django.db.models import Max
+    from django.test import override_settings
 
     from django_outbox import outbox
     from django_outbox.models import Delivery
@@ -192,8 +195,9 @@ def one_run(
         busy = wait_quiet()
         before = _cpu_now(worker, farms)
         started = time.time()
-        for n in range(messages):
-            outbox.send("https://demo.example/users/alice", activity(n), urls)
+        with override_settings(**settings):
+            for n in range(messages):
+                outbox.send("https://demo.example/users/alice", activity(n), urls)
         sent = time.time() - started
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline:
