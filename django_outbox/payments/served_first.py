@@ -11,8 +11,8 @@ A host that charges per message is not served first: each of its deliveries pays
 in its own slot, and a send's worth of them claimed at once fills the slots, so most
 are held and parked, then released slot by slot.  Measured with the host known
 (``bench/paid_hosts.py --known-hosts``, docs/benchmarks.md), that made 82-88 holds a
-run, the paid host slower (15.0-15.6 deliveries/s against 17.6-18.0) and the free
-hosts too (76% of the all-free rate against 82%).  Its deliveries go with their
+run, the paid host slower (15.0-15.6 deliveries/s against 16.1-16.5) and the free
+hosts too (76% of the all-free rate against 84%).  Its deliveries go with their
 message's, one in each claim, at the pace of the fan-out.
 """
 
