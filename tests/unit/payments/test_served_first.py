@@ -8,10 +8,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import DatabaseError
 from django.utils import timezone
 
 from django_outbox import outbox
-from django_outbox.models import Delivery, Lane
+from django_outbox.models import Delivery, Lane, Message
 from django_outbox.payments.models import PaymentHost
 from django_outbox.payments.served_first import token_hosts
 from testproject.demo.keys import ACTOR
@@ -65,3 +66,19 @@ def test_without_payments_every_delivery_goes_on_its_messages_lane(
     with django_capture_on_commit_callbacks(execute=True):
         outbox.send(ACTOR, NOTE, [f"https://127.0.4.{n}/inbox" for n in range(2, 9)])
     assert broker.lanes() == {Lane.DEFAULT: sorted(Delivery.objects.values_list("id", flat=True))}
+
+
+@pytest.mark.usefixtures("configured")
+def test_a_send_whose_token_lookup_fails_raises_and_writes_nothing(
+    broker: RecordingApp,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Callable[..., Any],
+) -> None:
+    def lookup_fails(hosts: object) -> set[str]:
+        raise DatabaseError("injected: the token lookup failed")
+
+    monkeypatch.setattr("django_outbox.payments.extension.token_hosts", lookup_fails)
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(DatabaseError):
+        outbox.send(ACTOR, NOTE, [f"https://127.0.4.{n}/inbox" for n in range(2, 9)])
+    assert not Message.objects.exists() and not Delivery.objects.exists()
+    assert broker.lanes() == {}
