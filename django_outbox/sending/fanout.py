@@ -17,6 +17,7 @@ from django_outbox.broker.publish import publish, publish_on_commit
 from django_outbox.conf import conf
 from django_outbox.extensions.registry import published_first
 from django_outbox.models import Lane, Message, PendingInboxes
+from django_outbox.store.queries import Lanes, by_lane
 from django_outbox.store.transitions import create_deliveries, promote_freed
 
 #: Inboxes in the first slice of a fan-out, small so that sending starts soon.
@@ -47,8 +48,8 @@ def write_deliveries(
     for its successor right after saving, and found none if these rows were not
     committed yet.
     """
-    queued, waiting = create_deliveries(message, inboxes, via, published_first)
-    publish_on_commit(queued)
+    queued, waiting = create_deliveries(message, inboxes, via)
+    publish_on_commit(lanes_of(message, queued))
     if waiting:
         message_id, key = message.pk, message.ordering_key
 
@@ -56,6 +57,16 @@ def write_deliveries(
             publish(promote_freed(message_id, key))
 
         transaction.on_commit(promote_freed_deliveries, robust=True)
+
+
+def lanes_of(message: Message, queued: Sequence[tuple[int, str]]) -> Lanes:
+    """The ids of ``queued`` (id, host) deliveries by the lane they are published on: the
+    priority lane for those to hosts an extension serves first (not asked when the
+    message travels there already), the message's own for the others."""
+    first: set[str] = set()
+    if queued and message.lane != Lane.PRIORITY:
+        first = published_first({host for _, host in queued})
+    return by_lane((pk, Lane.PRIORITY if host in first else message.lane) for pk, host in queued)
 
 
 def pending_slices(inboxes: Sequence[str]) -> list[str]:

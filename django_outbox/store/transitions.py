@@ -24,7 +24,7 @@ a skip, an expiry), so a delivery that kills its worker every time still ends.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -84,18 +84,15 @@ def stored_error(text: str) -> str:
 
 
 def create_deliveries(
-    message: Message,
-    inboxes: Sequence[str],
-    via: Mapping[str, list[str]] | None = None,
-    first: Callable[[set[str]], Collection[str]] | None = None,
-) -> tuple[Lanes, bool]:
-    """Insert one delivery per inbox; the ids to publish, by lane, and whether any wait.
+    message: Message, inboxes: Sequence[str], via: Mapping[str, list[str]] | None = None
+) -> tuple[list[tuple[int, str]], bool]:
+    """Insert one delivery per inbox; the id and host of each to publish, and whether
+    any wait.
 
     ``via`` gives the gateways of portable inboxes; such a delivery's host is
     its first gateway's.  Deliveries behind a live one with the same ordering
     key to their inbox are written ``waiting`` and not returned: they are
-    queued when it finishes.  Those to the hosts that ``first`` picks among the
-    queued ones' are published on the priority lane; the others on their message's.
+    queued when it finishes.
     """
     via = via or {}
     vias = [via.get(inbox, []) for inbox in inboxes]
@@ -105,9 +102,7 @@ def create_deliveries(
     ]
     waiting = _waiting_inboxes(message, inboxes)
     queued = bulk_insert(message, inboxes, hosts, vias, waiting, timezone.now())
-    ahead = set(first({host for _, host in queued})) if first is not None and queued else set()
-    lanes = by_lane((pk, Lane.PRIORITY if host in ahead else message.lane) for pk, host in queued)
-    return lanes, bool(waiting)
+    return queued, bool(waiting)
 
 
 def _waiting_inboxes(message: Message, inboxes: Sequence[str]) -> set[str]:

@@ -82,3 +82,7 @@ def test_a_send_whose_token_lookup_fails_raises_and_writes_nothing(
         outbox.send(ACTOR, NOTE, [f"https://127.0.4.{n}/inbox" for n in range(2, 9)])
     assert not Message.objects.exists() and not Delivery.objects.exists()
     assert broker.lanes() == {}
+    # A small send travels on the priority lane already: no lookup is made for it.
+    with django_capture_on_commit_callbacks(execute=True):
+        outbox.send(ACTOR, NOTE, [f"https://{KEPT}/inbox"])
+    assert broker.lanes() == {Lane.PRIORITY: list(Delivery.objects.values_list("id", flat=True))}
