@@ -5,7 +5,7 @@ delivery, and a paid message should not wait behind a large unpaid fan-out.  At 
 send it is published on the priority lane (its row keeps its message's lane, which its
 retries use).  The claim still decides the rest (which token, whether to hold), so a
 token bought or retired after this read only changes the head start.  One statement
-per send, with the send's hosts.
+per send, with the send's hosts (none for a send on the priority lane already).
 
 A host that charges per message is not served first: each of its deliveries pays
 in its own slot, and a send's worth of them claimed at once fills the slots, so most
