@@ -98,7 +98,10 @@ def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
     """What the paid hosts got so far: deliveries (and their rate from the first send to
     the last of them), payments, holds recorded as attempts (in the history), deliveries
     parked (by a claim, or by the recorder for a hold met after the claim) while their
-    host is paid, 402s met."""
+    host is paid, 402s met, and how long a delivered one took from its send (median and
+    95th percentile, seconds)."""
+    import statistics
+
     from django.db.models import Max, Q, Sum
 
     from django_outbox.models import Attempt, Delivery
@@ -110,8 +113,14 @@ def _paid_figures(paid_hosts: set[str], started: float) -> dict[str, Any]:
     delivered = rows.filter(state="delivered")
     last = delivered.aggregate(last=Max("finished_at"))["last"]
     count = delivered.count()
+    took = sorted(
+        (finished - created).total_seconds()
+        for created, finished in delivered.values_list("created_at", "finished_at")
+    )
     return {
         "paid_delivered": count,
+        "paid_latency_p50_s": statistics.median(took) if took else None,
+        "paid_latency_p95_s": took[int(0.95 * (len(took) - 1))] if took else None,
         "paid_rate": count / (last.timestamp() - started) if last else 0.0,
         "payments": PaymentAttempt.objects.filter(paid_at__isnull=False).count(),
         "holds": history.filter(held=True).aggregate(n=Sum("times"))["n"] or 0,
