@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django_outbox.payments.models import PaymentAttempt, PaymentState
-from django_outbox.payments.statements import as_datetime, execute, name
+from django.db import connection
 
-#: What the ledger reads of an attempt it settles.
-_READ = "id, state, amount_msat, reserved_msat, sender, created_at, host, uses"
+from django_outbox.payments.models import PaymentAttempt, PaymentState
+from django_outbox.payments.statements import as_datetime, execute, fetch, name, read_datetime
+
+#: What the ledger reads of an attempt it settles, in the model's order of its fields
+#: (as :meth:`~django.db.models.Model.from_db` takes them).
+_READ = ("id", "sender", "host", "amount_msat", "reserved_msat", "state", "uses", "created_at")
 
 
 def payable(attempt_id: int) -> PaymentAttempt | None:
@@ -29,8 +32,13 @@ def paid_or_used(attempt_id: int) -> PaymentAttempt | None:
 
 
 def _read(attempt_id: int, where: str, params: list[object]) -> PaymentAttempt | None:
-    sql = f"SELECT {_READ} FROM {name(PaymentAttempt)} WHERE id = %s AND ({where})"
-    return next(iter(PaymentAttempt.objects.raw(sql, [attempt_id, *params])), None)
+    columns = ", ".join(name(column) for column in _READ)
+    sql = f"SELECT {columns} FROM {name(PaymentAttempt)} WHERE id = %s AND ({where})"
+    rows = fetch(sql, [attempt_id, *params])
+    if not rows:
+        return None
+    *columns, created_at = rows[0]
+    return PaymentAttempt.from_db(connection.alias, _READ, [*columns, read_datetime(created_at)])
 
 
 def mark_paid(

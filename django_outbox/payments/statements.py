@@ -43,6 +43,13 @@ def as_date(value: date) -> Any:
     return connection.ops.adapt_datefield_value(value)
 
 
+def read_datetime(value: Any) -> Any:
+    """A ``DateTimeField``'s value as a written-out statement read it, as the ORM hands it
+    back (aware, on a backend that stores it as text or without its zone)."""
+    convert = getattr(connection.ops, "convert_datetimefield_value", None)
+    return value if convert is None else convert(value, None, connection)
+
+
 def execute(sql: str, params: Sequence[Any]) -> int:
     """Run ``sql`` with ``params``: the number of rows it changed."""
     with connection.cursor() as cursor:

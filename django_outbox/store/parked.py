@@ -14,7 +14,9 @@ that moved on meanwhile is left alone.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
+from django.db import connection
 from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState
@@ -33,17 +35,34 @@ def release_parked(
     the ``limit`` due first (all, up to :data:`~django_outbox.store.queries.STEP`, when
     None).  Their ids by lane, to publish (one that moved on meanwhile is published
     for nothing: a claim takes only queued rows that are due); they are marked
-    dispatched now, as any delivery published."""
-    now = timezone.now()
-    why = {"last_error__startswith": starting} if starting else {"last_error__in": list(reasons)}
-    parked = Delivery.objects.filter(
-        host=host, state=DeliveryState.QUEUED, next_attempt_at__gt=now, **why
+    dispatched now, as any delivery published.
+
+    One ``UPDATE ... RETURNING``, written out: a per-message host's every payment that
+    ends asks it, and mostly nothing is parked (built by the ORM, the empty answer cost
+    about 1 ms of CPU)."""
+    count = STEP if limit is None else max(0, limit)
+    if count == 0:
+        return {}
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    parked = "host = %s AND state = %s AND next_attempt_at > %s AND "
+    params: list[Any] = [host, DeliveryState.QUEUED.value, now]
+    if starting:
+        parked += "SUBSTR(last_error, 1, %s) = %s"
+        params += [len(starting), starting]
+    elif reasons:
+        parked += f"last_error IN ({', '.join(['%s'] * len(reasons))})"
+        params += list(reasons)
+    else:
+        return {}
+    table = connection.ops.quote_name(Delivery._meta.db_table)
+    first = f"SELECT id FROM {table} WHERE {parked} ORDER BY next_attempt_at, id LIMIT %s"
+    sql = (
+        f"UPDATE {table} SET next_attempt_at = %s, dispatched_at = %s "
+        f"WHERE id IN ({first}) AND {parked} RETURNING id, lane"
     )
-    first = parked.order_by("next_attempt_at", "id").values_list("id", "lane")
-    rows = list(first[: STEP if limit is None else max(0, limit)])
-    if rows:
-        parked.filter(id__in=[pk for pk, _ in rows]).update(next_attempt_at=now, dispatched_at=now)
-    return by_lane(rows)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, now, *params, count, *params])
+        return by_lane(cursor.fetchall())
 
 
 def due_now(host: str, limit: int = STEP) -> list[int]:

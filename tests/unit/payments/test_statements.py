@@ -86,6 +86,11 @@ def test_a_payment_is_written_only_over_the_state_it_was_read_in() -> None:
     row = insert(unsaved("a" * 64))
     read = attempt_statements.payable(row.pk)
     assert read is not None and (read.state, read.host, read.sender) == ("pending", HOST, ACTOR)
+    stored = PaymentAttempt.objects.get(pk=row.pk)
+    columns = ("pk", "amount_msat", "reserved_msat", "uses", "created_at")
+    assert [getattr(read, column) for column in columns] == [
+        getattr(stored, column) for column in columns
+    ]
     assert attempt_statements.mark_paid(read, "00" * 32, 5, timezone.now(), PRICE + 5)
     assert not attempt_statements.mark_paid(read, "11" * 32, 9, timezone.now(), PRICE + 9)
     assert attempt_statements.payable(row.pk) is None
