@@ -37,8 +37,8 @@ def _read(attempt_id: int, where: str, params: list[object]) -> PaymentAttempt |
     rows = fetch(sql, [attempt_id, *params])
     if not rows:
         return None
-    *columns, created_at = rows[0]
-    return PaymentAttempt.from_db(connection.alias, _READ, [*columns, read_datetime(created_at)])
+    *values, created_at = rows[0]
+    return PaymentAttempt.from_db(connection.alias, _READ, [*values, read_datetime(created_at)])
 
 
 def mark_paid(
