@@ -1,6 +1,6 @@
 """The settlements a paid delivery always brings, written out: its attempt read, made paid,
-then used (:mod:`~django_outbox.payments.statements` says why they are not built by the
-ORM).  The rules stay in :mod:`~django_outbox.payments.ledger`: each statement here is
+then used, or both at once when its token opens one delivery
+(:mod:`~django_outbox.payments.statements` says why they are not built by the ORM).  The rules stay in :mod:`~django_outbox.payments.ledger`: each statement here is
 conditional on the state the ledger says it leaves, and tells whether it changed a row.
 """
 
@@ -42,16 +42,27 @@ def _read(attempt_id: int, where: str, params: list[object]) -> PaymentAttempt |
 
 
 def mark_paid(
-    attempt: PaymentAttempt, preimage: str, fee_msat: int, now: datetime, reserved_msat: int
+    attempt: PaymentAttempt,
+    preimage: str,
+    fee_msat: int,
+    now: datetime,
+    reserved_msat: int,
+    opened_one: str = "",
 ) -> bool:
     """Make ``attempt`` paid with ``preimage`` and ``fee_msat`` at ``now``, holding
-    ``reserved_msat`` of its budget, if it is still in the state it was read in."""
-    sql = (
-        f"UPDATE {name(PaymentAttempt)} SET state = %s, preimage = %s, fee_msat = %s, "
-        "paid_at = %s, reason = '', reserved_msat = %s WHERE id = %s AND state = %s"
-    )
-    params = [PaymentState.PAID.value, preimage, fee_msat, as_datetime(now), reserved_msat]
-    return execute(sql, [*params, attempt.pk, attempt.state]) > 0
+    ``reserved_msat`` of its budget, if it is still in the state it was read in.
+    ``opened_one``: the delivery that paid was accepted with the token, which opens no
+    other (its host charges per message), so the attempt is also made used and retired
+    at once, for that reason: one statement where paid, then used, would take two."""
+    state = PaymentState.USED if opened_one else PaymentState.PAID
+    values = "state = %s, preimage = %s, fee_msat = %s, paid_at = %s, reason = %s"
+    params: list[object] = [state.value, preimage, fee_msat, as_datetime(now), opened_one]
+    if opened_one:
+        values += ", uses = uses + 1, retired_at = %s"
+        params.append(as_datetime(now))
+    values += ", reserved_msat = %s"
+    sql = f"UPDATE {name(PaymentAttempt)} SET {values} WHERE id = %s AND state = %s"
+    return execute(sql, [*params, reserved_msat, attempt.pk, attempt.state]) > 0
 
 
 def mark_used(attempt_id: int, retired: tuple[datetime, str] | None = None) -> bool:

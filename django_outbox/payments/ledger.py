@@ -55,14 +55,16 @@ from django_outbox.payments.settings import MAX_MSAT, PaymentSettings
 from django_outbox.store.parked import due_now, release_parked
 from django_outbox.values.outcomes import Outcome
 
+#: Why the token of a host that charges per message is retired once it opened its delivery.
+ONE_DELIVERY = "its host charges per message: a token opens one delivery"
+
 
 def settle(settlements: Iterable[Settlement]) -> None:
     """Apply ``settlements`` found outside a delivery's attempt (the sweeper's lookups);
     the deliveries parked for their hosts wait for their hold timers."""
     effects = Effects()
     with transaction.atomic():
-        for settlement in settlements:
-            _settle(settlement, effects)
+        _settle_all(settlements, effects)
     effects.signals.send()
 
 
@@ -127,8 +129,7 @@ def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
     report = outcome.report
     if not isinstance(report, PaymentReport):
         return outcome
-    for settlement in report.settlements:
-        _settle(settlement, batch.effects)
+    _settle_all(report.settlements, batch.effects)
     if report.challenge is None:
         return outcome
     row, sender = outcome.row, outcome.message.sender
@@ -136,12 +137,22 @@ def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
     return opened.applied_to(outcome) if isinstance(opened, Verdict) else outcome
 
 
-def _settle(settlement: Settlement, effects: Effects) -> None:
+def _settle_all(settlements: Iterable[Settlement], effects: Effects) -> None:
+    """Apply ``settlements`` in order, each told whether its attempt is used after it."""
+    settlements = list(settlements)
+    used = {settlement.attempt_id for settlement in settlements if settlement.change is Change.USED}
+    for settlement in settlements:
+        _settle(settlement, effects, settlement.attempt_id in used)
+
+
+def _settle(settlement: Settlement, effects: Effects, then_used: bool = False) -> None:
     """Apply one settlement; each is conditional on the state it leaves, so that a batch
     saved twice (the recorder retries after a database error) changes nothing twice.
 
     A payment that ends (paid, or failed) frees its host's slot; a token accepted, or
-    refused, teaches how its host charges (:func:`_used`, :func:`_retired`)."""
+    refused, teaches how its host charges (:func:`_used`, :func:`_retired`).
+    ``then_used``: the same report has the attempt's token accepted next; on a host
+    that charges per message the payment makes it used (and retired) at once."""
     now = timezone.now()
     change = settlement.change
     just_paid = effects.paid.pop(settlement.attempt_id, None)
@@ -154,7 +165,10 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
         # The node's word, bounded to what a payment can cost (and the columns hold).
         fee = min(max(0, settlement.fee_msat), MAX_MSAT)
         spent, day = attempt.amount_msat + fee, day_of(attempt.created_at)
-        updated = attempt_statements.mark_paid(attempt, settlement.preimage, fee, now, spent)
+        opened_one = ONE_DELIVERY if then_used and effects.per_message(attempt.host) else ""
+        updated = attempt_statements.mark_paid(
+            attempt, settlement.preimage, fee, now, spent, opened_one
+        )
         if attempt.state == PaymentState.FAILED:  # given back too early: take it again
             budget.spend(attempt.sender, day, spent)
         else:
@@ -163,7 +177,7 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
                 effects.release_some(attempt.host, 1)  # its slot is free
         effects.signals.made.append(attempt.pk)
         if updated:
-            attempt.state = PaymentState.PAID
+            attempt.state = PaymentState.USED if opened_one else PaymentState.PAID
             effects.paid[attempt.pk] = attempt
     elif change is Change.FAILED:
         pending = PaymentAttempt.objects.filter(
@@ -177,7 +191,8 @@ def _settle(settlement: Settlement, effects: Effects) -> None:
             effects.signals.failed.append((attempt.pk, settlement.reason))
             effects.release_some(attempt.host, 1)  # one of those waiting pays instead
     elif change is Change.USED:
-        _used(settlement.attempt_id, effects, just_paid)
+        if just_paid is None or just_paid.state != PaymentState.USED:  # used as it was paid
+            _used(settlement.attempt_id, effects, just_paid)
     elif change is Change.REJECTED:
         paid = PaymentAttempt.objects.filter(id=settlement.attempt_id, state=PaymentState.PAID)
         if paid.update(state=PaymentState.FAILED, reason=settlement.reason[:500]):
@@ -206,8 +221,7 @@ def _used(attempt_id: int, effects: Effects, paid: PaymentAttempt | None = None)
             _learn(host, False, effects)
         effects.release_all(host)
     elif charges:
-        reason = "its host charges per message: a token opens one delivery"
-        attempt_statements.mark_used(attempt_id, (timezone.now(), reason))
+        attempt_statements.mark_used(attempt_id, (timezone.now(), ONE_DELIVERY))
     else:
         attempt_statements.mark_used(attempt_id)
         if charges is None:

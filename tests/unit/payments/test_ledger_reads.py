@@ -102,6 +102,8 @@ def test_a_token_used_just_after_its_payment_is_not_read_again() -> None:
     reads = [q for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
     attempt_reads = [q for q in reads if "paymentattempt" in q["sql"].lower()]
     assert len(attempt_reads) == 1
+    writes = [q for q in queries if q["sql"].lstrip().upper().startswith("UPDATE")]
+    assert len([q for q in writes if "paymentattempt" in q["sql"].lower()]) == 1  # paid and used
     paid.refresh_from_db()
     assert (paid.state, paid.uses, paid.retired_at is not None) == ("used", 1, True)
     assert spent_today(ACTOR) == 0  # no budget row today: the release finds none

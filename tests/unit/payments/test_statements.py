@@ -107,3 +107,21 @@ def test_a_payment_is_written_only_over_the_state_it_was_read_in() -> None:
     row.refresh_from_db()
     assert (row.state, row.uses, row.reason) == ("used", 2, "opens one delivery")
     assert row.retired_at is not None
+
+
+def test_a_payment_whose_token_opened_its_one_delivery_is_used_and_retired_at_once() -> None:
+    row = insert(unsaved("b" * 64))
+    read = attempt_statements.payable(row.pk)
+    assert read is not None
+    now = timezone.now()
+    assert attempt_statements.mark_paid(read, "22" * 32, 3, now, PRICE + 3, "opens one")
+    assert not attempt_statements.mark_used(row.pk)  # not paid any more: used
+    row.refresh_from_db()
+    assert (row.state, row.uses, row.reason, row.preimage, row.reserved_msat) == (
+        "used",
+        1,
+        "opens one",
+        "22" * 32,
+        PRICE + 3,
+    )
+    assert row.paid_at == row.retired_at == now
