@@ -90,6 +90,7 @@ class KeyResolver(Protocol):
 
 _validated: OrderedDict[bytes, None] = OrderedDict()
 _validated_lock = threading.Lock()
+_parsing = threading.Lock()
 
 
 def _remember_validated(fingerprint: bytes) -> None:
@@ -112,20 +113,23 @@ def _load_cached(pem: str) -> PrivateKey:
     except (UnicodeEncodeError, AttributeError) as exc:
         raise InvalidSigningKey("a private key PEM must be an ASCII string") from exc
     fingerprint = hashlib.sha256(data).digest()
-    try:
-        key = serialization.load_pem_private_key(
-            data, password=None, unsafe_skip_rsa_key_validation=_was_validated(fingerprint)
-        )
-    except TypeError as exc:
-        # cryptography raises TypeError for an encrypted PEM loaded without a password.
-        raise InvalidSigningKey(f"cannot use this private key: {exc}") from exc
-    except (ValueError, UnsupportedAlgorithm) as exc:
-        raise InvalidSigningKey(f"not a readable PEM private key: {exc}") from exc
-    if not isinstance(key, RSAPrivateKey | Ed25519PrivateKey):
-        raise InvalidSigningKey(
-            f"unsupported private key type {type(key).__name__}; use RSA or Ed25519"
-        )
-    _remember_validated(fingerprint)
+    # Threads that miss the cache at once (a worker's first signatures) parse one at a
+    # time, so an RSA key is validated once (tens of milliseconds), not once a thread.
+    with _parsing:
+        try:
+            key = serialization.load_pem_private_key(
+                data, password=None, unsafe_skip_rsa_key_validation=_was_validated(fingerprint)
+            )
+        except TypeError as exc:
+            # cryptography raises TypeError for an encrypted PEM loaded without a password.
+            raise InvalidSigningKey(f"cannot use this private key: {exc}") from exc
+        except (ValueError, UnsupportedAlgorithm) as exc:
+            raise InvalidSigningKey(f"not a readable PEM private key: {exc}") from exc
+        if not isinstance(key, RSAPrivateKey | Ed25519PrivateKey):
+            raise InvalidSigningKey(
+                f"unsupported private key type {type(key).__name__}; use RSA or Ed25519"
+            )
+        _remember_validated(fingerprint)
     return key
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -74,3 +76,32 @@ def test_rsa_validation_skipped_only_for_known_pem(monkeypatch: pytest.MonkeyPat
     assert isinstance(again, rsa.RSAPrivateKey)
     assert again.key_size == 3072
     assert again.public_key() == first.public_key()
+
+
+def test_threads_loading_a_new_rsa_key_at_once_validate_it_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    validated: list[bool] = []
+    real = serialization.load_pem_private_key
+
+    def slow(data: bytes, password: bytes | None, **kwargs: Any) -> Any:
+        validated.append(not kwargs["unsafe_skip_rsa_key_validation"])
+        time.sleep(0.2)  # both threads are here at once unless one waits for the other
+        return real(data, password, **kwargs)
+
+    monkeypatch.setattr(serialization, "load_pem_private_key", slow)
+    pem = keys.generate_rsa_pem()
+    start = threading.Barrier(2)
+    loaded: list[object] = []
+
+    def load() -> None:
+        start.wait()
+        loaded.append(load_private_key(pem).public_key())
+
+    threads = [threading.Thread(target=load) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert validated.count(True) == 1
+    assert len(loaded) == 2 and loaded[0] == loaded[1]
