@@ -43,7 +43,18 @@ import os
 import time
 from typing import Any
 
-from bench.common import RESULTS_DIR, Env, activity, log, reset_state, setup_django, start_services
+from bench.call_times import gather
+from bench.common import (
+    RESULTS_DIR,
+    RUN_DIR,
+    Env,
+    activity,
+    log,
+    reset_state,
+    setup_django,
+    start_services,
+)
+from bench.experiments import thread_cpu
 from bench.figures import machine, machine_busy, save_json, summary, wait_quiet
 from bench.processes import Farm, PaidFarm, Worker, services_cpu_seconds
 
@@ -182,13 +193,15 @@ def one_run(
     settings: dict[str, Any],
     wait_paid: bool = False,
     known: bool = False,
+    call_times: bool = False,
 ) -> dict[str, Any]:
     """One timed run on a fresh worker; figures for the unpaid and the paid hosts, and
     the CPU that the worker, each farm and the whole machine used meanwhile.  With
     ``wait_paid`` it ends when the paid hosts have their deliveries too; with ``known``
     the paid hosts start known to charge per message, as a run after the first finds them.
     The sends run with the worker's ``settings``, as a site's web processes share its
-    workers' settings module."""
+    workers' settings module.  With ``call_times`` the worker times its calls
+    (:mod:`bench.call_times`), and the figures add them and its threads' CPU."""
     from django.db.models import Max
     from django.test import override_settings
 
@@ -200,7 +213,15 @@ def one_run(
     unpaid = Delivery.objects.exclude(host__in=paid_hosts)
     paid_total = messages * len(paid_hosts)
     paid_rows = Delivery.objects.filter(host__in=paid_hosts)
-    with Worker(env, settings) as worker:
+    timing = RUN_DIR / f"call-times-{time.time_ns()}"
+    hooks: dict[str, Any] = {}
+    if call_times:
+        timing.mkdir(parents=True)
+        hooks = {
+            "imports": ("bench.call_times",),
+            "extra_env": {"BENCH_CALL_TIMES_DIR": str(timing)},
+        }
+    with Worker(env, settings, **hooks) as worker:
         busy = wait_quiet()
         before = _cpu_now(worker, farms)
         started = time.time()
@@ -218,6 +239,10 @@ def one_run(
         used = {name: value - before[name] for name, value in _cpu_now(worker, farms).items()}
         done = unpaid.filter(state="delivered").aggregate(last=Max("finished_at"))["last"]
         paid = _paid_figures(paid_hosts, started) if paid_hosts else {}
+        if call_times:
+            time.sleep(0.6)  # the processes' last totals
+            paid["call_cpu"] = gather(timing)
+            paid["thread_cpu_s"] = thread_cpu(worker.pids())
     elapsed = (done.timestamp() if done else time.time()) - started
     cpu, machine_cpu = used["worker"], used.pop("machine")
     foreign = machine_cpu - sum(used.values())
@@ -251,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
         "--known-hosts",
         action="store_true",
         help="the charging hosts start known to charge per message (no learning phase)",
+    )
+    parser.add_argument(
+        "--call-times",
+        action="store_true",
+        help="time the worker's calls (bench.call_times; slower: compare such runs only)",
     )
     parser.add_argument(
         "--max-parallel", type=int, default=0, help="MAX_PARALLEL_PER_HOST (default: the package's)"
@@ -303,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                         settings,
                         wait_paid,
                         options.known_hosts,
+                        options.call_times,
                     )
                     log(f"paid-hosts {label} run {i + 1}/{repeats}: {figures}")
                     runs.setdefault(label, []).append(figures)
