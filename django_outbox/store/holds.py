@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import timedelta
 
+from django.db import connection
 from django.utils import timezone
 
 from django_outbox.breakers.policy import releasable_errors
@@ -39,19 +40,32 @@ def release_held(hosts: Iterable[str], threshold: int, step: int) -> dict[float,
     changes only while it is still queued with the due time read, so a release racing a
     claim or another release changes nothing twice; ``dispatched_at`` is stamped, and a
     row whose message is then lost is published again by the recovery pass, or by its
-    hold's own countdown at the latest.
+    hold's own countdown at the latest.  The statements are written out: every batch
+    with a success at such a host asks, and mostly finds nothing held.
     """
     now = timezone.now()
+    adapt = connection.ops.adapt_datetimefield_value
     errors = releasable_errors(threshold)
+    table = connection.ops.quote_name(Delivery._meta.db_table)
+    first = (
+        f"SELECT id, lane, next_attempt_at FROM {table} WHERE host = %s AND state = %s "
+        f"AND last_error IN ({', '.join(['%s'] * len(errors))}) AND next_attempt_at > %s "
+        "ORDER BY next_attempt_at, id LIMIT %s"
+    )
+    # Each row its own delay: a row is made due only at the time it was read with.
+    due_later = (
+        f"UPDATE {table} SET next_attempt_at = %s, dispatched_at = %s "
+        "WHERE id = %s AND state = %s AND next_attempt_at = %s"
+    )
+    queued = DeliveryState.QUEUED.value
     released: dict[float, Lanes] = {}
-    for host, times in Counter(hosts).items():
-        held = Delivery.objects.filter(
-            host=host, state=DeliveryState.QUEUED, last_error__in=errors, next_attempt_at__gt=now
-        ).order_by("next_attempt_at", "id")
-        for pk, lane, due in held.values_list("id", "lane", "next_attempt_at")[: step * times]:
-            delay = round(random.random() * RELEASE_SPREAD, 1)
-            if Delivery.objects.filter(
-                id=pk, state=DeliveryState.QUEUED, next_attempt_at=due
-            ).update(next_attempt_at=now + timedelta(seconds=delay), dispatched_at=now):
-                released.setdefault(delay, {}).setdefault(lane, []).append(pk)
+    with connection.cursor() as cursor:
+        for host, times in Counter(hosts).items():
+            cursor.execute(first, [host, queued, *errors, adapt(now), step * times])
+            for pk, lane, due in cursor.fetchall():
+                delay = round(random.random() * RELEASE_SPREAD, 1)
+                later = adapt(now + timedelta(seconds=delay))
+                cursor.execute(due_later, [later, adapt(now), pk, queued, due])
+                if cursor.rowcount:
+                    released.setdefault(delay, {}).setdefault(lane, []).append(pk)
     return released

@@ -74,3 +74,16 @@ def test_the_recorder_releases_for_the_hosts_its_outcomes_freed() -> None:
         publish_effects(plan)
     published = {pk for call in publish.call_args_list for pk in call.args[0].get("outbox", [])}
     assert len(published & {row.id for row in held}) == 4, "OUTBOX_RELEASE_STEP"
+
+
+def test_a_row_held_again_after_it_was_read_is_left_to_its_new_hold() -> None:
+    (row,) = held_rows(1)
+    later = timezone.now() + timedelta(seconds=300)
+
+    def held_again_meanwhile() -> float:  # called between the read and the row's update
+        Delivery.objects.filter(id=row.id).update(next_attempt_at=later)
+        return 0.5
+
+    with mock.patch("django_outbox.store.holds.random.random", held_again_meanwhile):
+        assert release_held(["a.example"], THRESHOLD, 4) == {}
+    assert Delivery.objects.get(id=row.id).next_attempt_at == later
