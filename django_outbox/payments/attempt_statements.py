@@ -1,7 +1,8 @@
 """The settlements a paid delivery always brings, written out: its attempt read, made paid,
 then used, or both at once when its token opens one delivery
-(:mod:`~django_outbox.payments.statements` says why they are not built by the ORM).  The rules stay in :mod:`~django_outbox.payments.ledger`: each statement here is
-conditional on the state the ledger says it leaves, and tells whether it changed a row.
+(:mod:`~django_outbox.payments.statements` says why they are not built by the ORM).  The
+rules stay in :mod:`~django_outbox.payments.ledger`: each statement here is conditional
+on the state the ledger says it leaves, and tells whether it changed a row.
 """
 
 from __future__ import annotations

@@ -17,14 +17,23 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
+from operator import xor
 from typing import Any
 
 import coincurve
 from coincurve.ecdsa import cdata_to_der, deserialize_recoverable, recoverable_convert
 
 CHARSET = "qpzry9x8gf2tvdw0s3jn54khce6mua7l"
-_VALUES = {char: value for value, char in enumerate(CHARSET)}
+_NOT_BECH32 = 0xFF
+#: Each byte of lower-case text as its 5-bit value (:data:`_NOT_BECH32` where it is none).
+_WORD_OF_BYTE = bytes(CHARSET.find(chr(byte)) % 256 for byte in range(256))
 _GENERATOR = (0x3B6A57B2, 0x26508E6D, 0x1EA119FA, 0x3D4233DD, 0x2A1462B3)
+#: For each value of a checksum's top five bits, the generators they add (BIP 173).
+_STEP = tuple(
+    reduce(xor, (generator for i, generator in enumerate(_GENERATOR) if top >> i & 1), 0)
+    for top in range(32)
+)
 _HRP = re.compile(r"ln(bcrt|bc|tbs|tb)(?:(\d+)([munp]?))?")
 #: Millisatoshis per unit of amount for each multiplier (1 BTC = 10^11 msat).
 _MSAT = {"": 10**11, "m": 10**8, "u": 10**5, "n": 10**2}
@@ -53,11 +62,7 @@ def polymod(values: Sequence[int]) -> int:
     expanded human-readable part, words and checksum."""
     checksum = 1
     for value in values:
-        top = checksum >> 25
-        checksum = (checksum & 0x1FFFFFF) << 5 ^ value
-        for i in range(5):
-            if (top >> i) & 1:
-                checksum ^= _GENERATOR[i]
+        checksum = (checksum & 0x1FFFFFF) << 5 ^ value ^ _STEP[checksum >> 25]
     return checksum
 
 
@@ -75,9 +80,13 @@ def _bech32(text: str) -> tuple[str, list[int]]:
     split = text.rfind("1")
     if split < 1 or split + 7 > len(text):
         raise ValueError("no separator or checksum")
-    hrp, words = text[:split], [_VALUES.get(char, -1) for char in text[split + 1 :]]
-    if min(words) < 0 or not all(33 <= ord(char) <= 126 for char in hrp):
+    hrp = text[:split]
+    if not text.isascii() or not all(33 <= ord(char) <= 126 for char in hrp):
         raise ValueError("not bech32")
+    data = text[split + 1 :].encode("ascii").translate(_WORD_OF_BYTE)
+    if _NOT_BECH32 in data:
+        raise ValueError("not bech32")
+    words = list(data)
     if polymod(expand(hrp) + words) != 1:
         raise ValueError("bad checksum")
     return hrp, words[:-6]
