@@ -21,7 +21,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -259,8 +259,17 @@ async def _attempt_at(
             error = hold_error(admission.why, policy.threshold)
             return _Ending(AttemptResult.HELD, error=error, held_for=admission.retry_in)
     before = len(sent)
+    answered_early: list[bool] = []  # what the breaker said when the host asked for payment
+
+    async def asked_for_payment() -> None:
+        # The host answered: what the delivery waits for now is its payment, which must
+        # not count against the host as a request awaiting its answer.
+        if policy is not None and not answered_early:
+            report = Report(key, policy, False, admission)
+            answered_early.append(await breaker_turns.record(breakers, report))
+
     if job.ticket is not None:
-        ending = await _ticketed_attempt(job, job.ticket, url, transport, sent)
+        ending = await _ticketed_attempt(job, job.ticket, url, transport, sent, asked_for_payment)
     else:
         try:
             response = await _signed_post(transport, job, url, sent)
@@ -277,7 +286,7 @@ async def _attempt_at(
     throttle = throttle_for(ending.status, ending.retry_after)
     if policy is not None:
         report = Report(key, policy, failed, admission, throttle, answered=asked)
-        if await breaker_turns.record(breakers, report):
+        if await breaker_turns.record(breakers, report) or any(answered_early):
             ending = ending._replace(released=target.host)
     if rates is not None:
         hold = pacing.slow_down_for(ending.status, ending.retry_after, throttle)
@@ -287,13 +296,22 @@ async def _attempt_at(
 
 
 async def _ticketed_attempt(
-    job: Job, ticket: Ticket, url: str, transport: Transport, sent: list[str]
+    job: Job,
+    ticket: Ticket,
+    url: str,
+    transport: Transport,
+    sent: list[str],
+    asked_for_payment: Callable[[], Awaitable[None]],
 ) -> _Ending:
-    """An attempt that an extension takes part in: its ticket makes the POST."""
+    """An attempt that an extension takes part in: its ticket makes the POST.  A ``402``
+    calls ``asked_for_payment`` before the ticket sees it (and may pay)."""
     size = len(job.message.body)
 
     async def post(authorization: str | None) -> Response:
-        return await _signed_post(transport, job, url, sent, authorization)
+        response = await _signed_post(transport, job, url, sent, authorization)
+        if response.status == 402:
+            await asked_for_payment()
+        return response
 
     done = await ticket.exchange(url, size, post)
     if done.response is not None:

@@ -263,3 +263,52 @@ def test_a_probe_that_ends_before_its_request_leaves_the_breaker_half_open(
     # Nothing said the host is back: the next delivery probes it, the others wait.
     assert breakers.admit(key, policy).kind == "probe"
     assert breakers.admit(key, policy).kind == "held"
+
+
+class _PayingTicket:
+    """A ticket that meets a 402, waits for its payment (``paid``), then sends again."""
+
+    urgent = True
+
+    def __init__(self, paid: asyncio.Event, asked: list[int]) -> None:
+        self.paid, self.asked = paid, asked
+
+    async def exchange(self, url: str, size: int, post: Post) -> Exchange:
+        self.asked.append((await post(None)).status)
+        await self.paid.wait()
+        return Exchange(response=await post("L402 token"))
+
+
+def test_a_delivery_waiting_for_its_payment_is_not_a_request_awaiting_its_answer(
+    inbox_server: InboxServer, transport: Transport
+) -> None:
+    """With a breaker that lets two requests await their answers, a third delivery to
+    a host is admitted once the first two met their 402 and wait only for their
+    payments (a slow node must not hold deliveries to a host that answers)."""
+    inbox_server.behave("/down", Behaviour(statuses=(402, 402, 402, 202)))
+    policy = BreakerPolicy(threshold=2, cool_off=60, answer_within=60)
+    breakers = MemoryBreakerStore()
+    first, second, third = jobs(inbox_server, 3)
+
+    async def attempt_all() -> list[Outcome]:
+        paid, asked = asyncio.Event(), []
+        ticket = _PayingTicket(paid, asked)
+        paying = [
+            asyncio.create_task(perform(replace(job, ticket=ticket), transport, breakers, policy))
+            for job in (first, second)
+        ]
+        while len(asked) < 2:
+            await asyncio.sleep(0.01)
+        later = asyncio.create_task(
+            perform(replace(third, ticket=ticket), transport, breakers, policy)
+        )
+        while len(asked) < 3 and not later.done():
+            await asyncio.sleep(0.01)
+        paid.set()
+        done = await asyncio.gather(*paying, later)
+        transport.close()
+        return done
+
+    outcomes = asyncio.run(attempt_all())
+    assert [outcome.result for outcome in outcomes] == [AttemptResult.DELIVERED] * 3
+    assert [r.status for r in outcomes] == [202] * 3
