@@ -33,9 +33,9 @@ def release_parked(
     """Make due now the queued deliveries to ``host`` parked for one of ``reasons``
     (their ``last_error``), or with a ``last_error`` ``starting`` so, and not due yet:
     the ``limit`` due first (all, up to :data:`~django_outbox.store.queries.STEP`, when
-    None).  Their ids by lane, to publish (one that moved on meanwhile is published
-    for nothing: a claim takes only queued rows that are due); they are marked
-    dispatched now, as any delivery published.
+    None).  Their ids by lane, to publish: only the rows the update changed, so one
+    that moved on meanwhile is left out; they are marked dispatched now, as any
+    delivery published.
 
     One ``UPDATE ... RETURNING``, written out: a per-message host's every payment that
     ends asks it, and mostly nothing is parked (built by the ORM, the empty answer cost
