@@ -18,7 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_outbox.models import FINAL_STATES
-from django_outbox.payments.claim_queries import claim_attempts, per_message_hosts
+from django_outbox.payments.claim_queries import AttemptRow, claim_attempts, per_message_hosts
 from django_outbox.payments.models import (
     PaymentAttempt,
     PaymentBudget,
@@ -71,7 +71,7 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
     return found
 
 
-def open_attempt_of(row: PaymentAttempt) -> OpenAttempt:
+def open_attempt_of(row: PaymentAttempt | AttemptRow) -> OpenAttempt:
     """The attempt ``row`` as a sending thread is handed it (pending, or paid)."""
     return OpenAttempt(
         attempt_id=row.pk,
