@@ -64,10 +64,13 @@ def open_attempt(
     The attempt takes a free slot of its host's (one on a host that sells tokens,
     ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
     stored by this batch, or committed) it is not tried: the unique constraint would
-    refuse it, after a savepoint and an insert.  Its delivery is held before anything
-    else is read (the payments it made are counted when it meets a 402 with a slot
-    free).  An invoice stored before is paid again only if it failed unpaid: that
-    attempt is reopened for this delivery.
+    refuse it.  Its delivery is held before anything else is read (the payments it made
+    are counted when it meets a 402 with a slot free).  An invoice stored before is paid
+    again only if it failed unpaid: that attempt is reopened for this delivery.
+
+    The budget is reserved first and given back if nothing is stored, so that a new
+    invoice at a host that charges per message (most paid deliveries) is one ``INSERT``
+    that a unique key may skip, with no savepoint; the rest go through :func:`_undoable`.
     """
     settings = batch.settings
     slot = batch.free_slot(host)
@@ -84,6 +87,7 @@ def open_attempt(
     if earlier is not None and not reopenable(earlier):
         return served_again(delivery_id, host, earlier, batch)
     now = timezone.now()
+    day = day_of(now)
     reserve = challenge.amount_msat + settings.max_fee_msat
     fields = {
         "payment_hash": challenge.payment_hash,
@@ -102,28 +106,12 @@ def open_attempt(
         "expires_at": now + timedelta(seconds=settings.token_lifetime),
         "slot": slot,
     }
-    # A host that charges per message opens nothing with another delivery's token.
-    shared = not batch.effects.per_message(host)
-    try:
-        with transaction.atomic():
-            if earlier is None:
-                stored = insert(PaymentAttempt(**fields))
-            elif _reopen(earlier, fields):
-                stored = earlier
-            else:
-                raise _Changed
-            if shared and bought_meanwhile(host, delivery_id, now):
-                raise _BoughtMeanwhile
-            if not budget.reserve(sender, day_of(now), reserve, settings.daily_budget_msat):
-                raise _OverBudget
-    except _BoughtMeanwhile:
-        return Verdict(AttemptResult.HELD, BOUGHT_MEANWHILE, settings.hold_while_paying)
-    except _OverBudget:
+    if not budget.reserve(sender, day, reserve, settings.daily_budget_msat):
         batch.effects.signals.over_budget.append(
             {
                 "delivery": delivery_id,
                 "actor": sender,
-                "day": day_of(now),
+                "day": day,
                 "spent_msat": spent_today(sender),
                 "budget_msat": settings.daily_budget_msat,
                 "amount_msat": challenge.amount_msat,
@@ -131,9 +119,45 @@ def open_attempt(
         )
         error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
         return Verdict(AttemptResult.HELD, error, budget.seconds_to_next_day(now))
-    except (IntegrityError, _Changed):
-        return conflict(delivery_id, host, challenge, batch)
+    # A host that charges per message opens nothing with another delivery's token.
+    shared = not batch.effects.per_message(host)
+    if earlier is None and not shared:
+        stored: PaymentAttempt | Verdict | None = insert(PaymentAttempt(**fields))
+    else:
+        stored = _undoable(delivery_id, earlier, fields, shared, settings)
+    if not isinstance(stored, PaymentAttempt):
+        budget.give_back(sender, day, reserve)
+        return stored or conflict(delivery_id, host, challenge, batch)
     batch.taken(host).add(slot)
+    return stored
+
+
+def _undoable(
+    delivery_id: int,
+    earlier: PaymentAttempt | None,
+    fields: dict[str, Any],
+    shared: bool,
+    settings: PaymentSettings,
+) -> PaymentAttempt | Verdict | None:
+    """Store the attempt in a savepoint (a new row, or ``earlier`` reopened), undone if
+    its host has a token this delivery should try (``shared``: one it sells): the row as
+    stored, the hold, or None when a unique key refused it or ``earlier`` changed.
+
+    The token is looked for after the row is written, so that the statement waits for
+    (and then sees) another worker's payment committing at once; a reopened attempt
+    may meet a unique key (its slot) that refuses it with an error."""
+    try:
+        with transaction.atomic():
+            stored = insert(PaymentAttempt(**fields)) if earlier is None else None
+            if earlier is not None and _reopen(earlier, fields):
+                stored = earlier
+            host, now = fields["host"], fields["created_at"]
+            if stored is not None and shared and bought_meanwhile(host, delivery_id, now):
+                raise _BoughtMeanwhile
+    except _BoughtMeanwhile:
+        return Verdict(AttemptResult.HELD, BOUGHT_MEANWHILE, settings.hold_while_paying)
+    except IntegrityError:
+        return None
     return stored
 
 
@@ -151,13 +175,5 @@ def _reopen(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:
     return True
 
 
-class _Changed(Exception):
-    """Raised inside the savepoint: the attempt to reopen changed since it was read."""
-
-
 class _BoughtMeanwhile(Exception):
     """Raised inside the savepoint: the host has a token this delivery should try."""
-
-
-class _OverBudget(Exception):
-    """Raised inside the savepoint to undo the attempt just written."""

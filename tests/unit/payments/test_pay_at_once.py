@@ -10,16 +10,20 @@ commit (``transaction=True``).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import OperationalError
+from django.utils import timezone
 
-from django_outbox.payments import settling
+from django_outbox.payments import opening, settling
 from django_outbox.payments.batches import Verdict
+from django_outbox.payments.lookups import spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentHost
-from django_outbox.payments.reports import PAYING_ELSEWHERE, Change
+from django_outbox.payments.reports import PAYING_ELSEWHERE, Challenge, Change
 from django_outbox.values.outcomes import AttemptResult
+from testproject.demo.keys import ACTOR
 from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402InboxServer, Mode
 from testproject.lightning.node import FakeNode, NodePayment
@@ -122,3 +126,37 @@ def test_a_token_refused_as_soon_as_it_is_paid_is_noted_and_the_new_402_stored(
     assert [row.state for row in rows] == ["failed", "pending"]
     assert rows[0].paid_at is not None
     assert len(node.payments()) == 1
+
+
+def test_an_invoice_stored_meanwhile_is_not_stored_twice_and_its_reservation_is_given_back(
+    per_message: L402InboxServer, node: FakeNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker stores the same invoice between the read and the insert: the insert
+    stores nothing (without an error or a savepoint), what is stored decides (that
+    payment is under way: held), and the budget reserved first is given back."""
+    read = opening.challenge_lookup
+
+    def stored_meanwhile(delivery_id: int, challenge: Challenge) -> tuple[int, None]:
+        made, _ = read(delivery_id, challenge)
+        PaymentAttempt.objects.create(
+            sender=ACTOR,
+            host=per_message.host,
+            destination=challenge.destination,
+            invoice=challenge.invoice,
+            macaroon=challenge.macaroon,
+            payment_hash=challenge.payment_hash,
+            amount_msat=PRICE,
+            invoice_expires_at=timezone.now() + timedelta(minutes=10),
+            expires_at=timezone.now() + timedelta(hours=1),
+            slot=5,
+        )
+        return made, None
+
+    [pk] = send(per_message.url())
+    with monkeypatch.context() as patch:
+        patch.setattr(opening, "challenge_lookup", stored_meanwhile)
+        [outcome] = attempted([pk])
+    assert (outcome.result, outcome.status, outcome.error) == ("held", 402, PAYING_ELSEWHERE)
+    assert list(PaymentAttempt.objects.values_list("delivery_id", "slot")) == [(None, 5)]
+    assert spent_today(ACTOR) == 0
+    assert node.attempts == []

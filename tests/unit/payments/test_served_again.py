@@ -187,6 +187,7 @@ def test_a_unique_hash_refused_by_a_race_is_judged_by_what_is_stored(
     assert outcome.result == "refused"
     assert outcome.error.startswith("payment refused: invoice_already_paid")
     assert PaymentAttempt.objects.get().host == "127.0.0.9"
+    assert spent_today(ACTOR) == 0  # reserved before the insert, given back
 
 
 def _gone(attempt: PaymentAttempt, fields: dict[str, Any]) -> bool:

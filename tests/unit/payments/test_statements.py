@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from django_outbox.payments import attempt_statements
@@ -67,11 +67,16 @@ def test_an_insert_stores_what_the_orm_would_and_hands_the_row_back_saved() -> N
     assert stored.invoice_expires_at == row.invoice_expires_at  # microseconds kept
 
 
-def test_an_insert_a_unique_key_refuses_raises_and_stores_nothing() -> None:
-    insert(unsaved("a" * 64))
-    with pytest.raises(IntegrityError), transaction.atomic():
-        insert(unsaved("a" * 64))
-    assert PaymentAttempt.objects.count() == 1
+@pytest.mark.django_db(transaction=True)
+def test_an_insert_a_unique_key_refuses_stores_nothing_and_the_transaction_goes_on() -> None:
+    with transaction.atomic():
+        first = insert(unsaved("a" * 64, slot=3))
+        assert insert(unsaved("a" * 64, slot=4)) is None  # its payment hash
+        assert insert(unsaved("b" * 64, slot=3)) is None  # a pending payment in its slot
+        assert insert(unsaved("c" * 64, slot=5)) is not None  # no savepoint to roll back to
+    assert first is not None
+    stored = PaymentAttempt.objects.order_by("slot").values_list("payment_hash", "slot")
+    assert list(stored) == [("a" * 64, 3), ("c" * 64, 5)]
 
 
 def test_how_a_host_charges_is_read_as_a_bool_or_none() -> None:
