@@ -76,10 +76,11 @@ def _insert_of(model: type[models.Model]) -> tuple[list[Any], str]:
         meta = model._meta
         fields = [field for field in meta.concrete_fields if not field.primary_key]
         columns = ", ".join(name(str(field.column)) for field in fields)
-        _inserts[key] = fields, (
+        sql = (
             f"INSERT INTO {name(model)} ({columns}) VALUES ({marks(fields)}) "
             f"ON CONFLICT DO NOTHING RETURNING {name(str(meta.pk.column))}"
         )
+        _inserts[key] = fields, sql
     return _inserts[key]
 
 
