@@ -104,7 +104,12 @@ def record_payments(outcomes: Sequence[Outcome], settings: PaymentSettings) -> R
     if not any(isinstance(outcome.report, PaymentReport) for outcome in outcomes):
         return Recorded(list(outcomes))
     batch = LedgerBatch(settings)
-    senders = {o.message.sender for o in outcomes if isinstance(o.report, PaymentReport)}
+    senders: set[str] = set()
+    for outcome in outcomes:
+        if isinstance(outcome.report, PaymentReport):
+            senders.add(outcome.message.sender)
+            if outcome.report.per_message:  # as its claim (and its store) knew: not read again
+                batch.effects.learnt(outcome.row.host, True)
     with transaction.atomic():
         budget.lock_day(senders, day_of(timezone.now()))
         result = [_record(outcome, batch) for outcome in outcomes]

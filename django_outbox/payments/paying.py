@@ -216,7 +216,7 @@ async def exchange(job: PaymentJob, url: str, size: int, post: Post) -> Exchange
     a Lightning node): it runs on the payment threads, never on the loop or its default
     executor.
     """
-    trail = Trail()
+    trail = Trail(job.per_message)
     authorization: str | None = None
     presented: tuple[int, Change] | None = None  # the attempt whose token goes, and if refused
     # A token is a bearer secret: it goes only where it was bought.

@@ -119,3 +119,6 @@ class PaymentReport:
     settlements: tuple[Settlement, ...] = ()
     challenge: Challenge | None = None
     paid_msat: int = 0
+    #: The claim knew the delivery's host charges per message, as the attempt's store of
+    #: its challenge did: the ledger takes its word rather than read it again.
+    per_message: bool = False

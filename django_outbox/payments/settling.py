@@ -74,11 +74,13 @@ class Payer(Protocol):
 
 
 class Trail:
-    """The settlements of one exchange, gathered as it goes."""
+    """The settlements of one exchange, gathered as it goes (``per_message``: its claim
+    knew the host charges per message)."""
 
-    def __init__(self) -> None:
+    def __init__(self, per_message: bool = False) -> None:
         self.settlements: list[Settlement] = []
         self.paid_msat = 0
+        self.per_message = per_message
 
     def add(self, attempt_id: int, change: Change, **details: Any) -> None:
         """Note a change of the stored attempt ``attempt_id``."""
@@ -88,7 +90,9 @@ class Trail:
         """What to record: the changes noted, and ``challenge`` to store (None: nothing)."""
         if not self.settlements and challenge is None:
             return None
-        return PaymentReport(tuple(self.settlements), challenge, self.paid_msat)
+        return PaymentReport(
+            tuple(self.settlements), challenge, self.paid_msat, per_message=self.per_message
+        )
 
     def ends(self, result: AttemptResult, error: str, **extra: Any) -> Exchange:
         """The exchange ending as ``result``, with the changes noted."""

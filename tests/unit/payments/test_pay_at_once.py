@@ -14,11 +14,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_outbox.payments import opening, settling
 from django_outbox.payments.batches import Verdict
+from django_outbox.payments.ledger import ONE_DELIVERY
 from django_outbox.payments.lookups import spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentHost
 from django_outbox.payments.reports import PAYING_ELSEWHERE, Challenge, Change
@@ -160,3 +162,20 @@ def test_an_invoice_stored_meanwhile_is_not_stored_twice_and_its_reservation_is_
     assert list(PaymentAttempt.objects.values_list("delivery_id", "slot")) == [(None, 5)]
     assert spent_today(ACTOR) == 0
     assert node.attempts == []
+
+
+def test_the_ledger_takes_the_claims_word_that_its_host_charges_per_message(
+    per_message: L402InboxServer, node: FakeNode
+) -> None:
+    """The attempt's report says the host charges per message, as its claim read: the
+    recorder does not read it again, and the token that opened its delivery is retired."""
+    [pk] = send(per_message.url())
+    [outcome] = attempted([pk])
+    assert outcome.report is not None and outcome.report.per_message  # type: ignore[attr-defined]
+    with CaptureQueriesContext(connection) as queries:
+        assert [o.result for o in recorded([outcome])] == ["delivered"]
+    hosts_table = PaymentHost._meta.db_table
+    assert not [q["sql"] for q in queries if hosts_table in q["sql"]]
+    attempt = PaymentAttempt.objects.get()
+    assert (attempt.state, attempt.uses, attempt.reason) == ("used", 1, ONE_DELIVERY)
+    assert attempt.retired_at is not None
