@@ -26,7 +26,9 @@ def lock_day(senders: Collection[str], day: date) -> None:
     raised the budget and then met the other's new attempt in its slot, while the other
     went on to raise the same budget, each would wait for the other (a deadlock, which
     PostgreSQL ends by rolling one back).  Taken first, the budget row makes a second
-    ledger wait before it has stored anything.  On SQLite, whose writers take turns,
+    ledger wait before it has stored anything.  A delivery's own store
+    (:func:`~django_outbox.payments.opening.store_now`, one sender) takes the same row
+    first with its reservation instead.  On SQLite, whose writers take turns,
     the ``FOR UPDATE`` is left out."""
     if not senders:
         return

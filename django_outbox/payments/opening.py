@@ -43,13 +43,14 @@ def store_now(
     refused instead.
 
     For a delivery still claimed by the caller, whose attempt pays it next, to a host
-    that charges per message as its claim read.  The day's budget row is locked first,
-    as the recorder's ledger does (see :func:`~django_outbox.payments.budget.lock_day`).
-    Raises what the database raises: nothing is stored then, and nothing may be paid."""
+    that charges per message as its claim read.  Its first statement reserves from the
+    sender's day, which locks the day's budget row as the recorder's ledger locks it
+    first (see :func:`~django_outbox.payments.budget.lock_day`), so no separate lock is
+    taken.  Raises what the database raises: nothing is stored then, and nothing may be
+    paid."""
     batch = LedgerBatch(settings)
     batch.effects.learnt(host, True)
     with transaction.atomic():
-        budget.lock_day([sender], day_of(timezone.now()))
         opened = open_attempt(delivery_id, host, sender, challenge, batch)
     batch.effects.signals.send()
     return opened if isinstance(opened, Verdict) else open_attempt_of(opened)
@@ -61,34 +62,26 @@ def open_attempt(
     """Store ``challenge`` as a pending attempt of the delivery, within budget: the row
     as stored, or what the delivery is to do instead (in the caller's transaction).
 
-    The attempt takes a free slot of its host's (one on a host that sells tokens,
-    ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
-    stored by this batch, or committed) it is not tried: the unique constraint would
-    refuse it.  Its delivery is held before anything else is read (the payments it made
-    are counted when it meets a 402 with a slot free).  An invoice stored before is paid
-    again only if it failed unpaid: that attempt is reopened for this delivery.
-
-    The budget is reserved first and given back if nothing is stored, so that a new
-    invoice at a host that charges per message (most paid deliveries) is one ``INSERT``
-    that a unique key may skip, with no savepoint; the rest go through :func:`_undoable`.
-    """
+    The price and the most fee are reserved from the sender's day first, which locks its
+    budget row: two stores for one sender take turns from here, so that the second reads
+    the slot and the invoice the first stored.  Whatever is not stored gives the
+    reservation back (:func:`_open_reserved` says what is stored)."""
     settings = batch.settings
-    slot = batch.free_slot(host)
-    if slot is None:
-        return batch.held_while_paying(host)
-    made, earlier = challenge_lookup(delivery_id, challenge)
-    if made >= settings.max_payments_per_delivery:
-        error = (
-            f"payment refused: paid {settings.max_payments_per_delivery} times and the "
-            f"destination never accepted (asked {challenge.amount_msat} msat, invoice "
-            f"{challenge.payment_hash[:12]})"
-        )
-        return Verdict(AttemptResult.REFUSED, error)
-    if earlier is not None and not reopenable(earlier):
-        return served_again(delivery_id, host, earlier, batch)
     now = timezone.now()
-    day = day_of(now)
-    reserve = challenge.amount_msat + settings.max_fee_msat
+    day, reserve = day_of(now), challenge.amount_msat + settings.max_fee_msat
+    if not budget.reserve(sender, day, reserve, settings.daily_budget_msat):
+        batch.effects.signals.over_budget.append(
+            {
+                "delivery": delivery_id,
+                "actor": sender,
+                "day": day,
+                "spent_msat": spent_today(sender),
+                "budget_msat": settings.daily_budget_msat,
+                "amount_msat": challenge.amount_msat,
+            }
+        )
+        error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
+        return Verdict(AttemptResult.HELD, error, budget.seconds_to_next_day(now))
     fields = {
         "payment_hash": challenge.payment_hash,
         "delivery_id": delivery_id,
@@ -104,31 +97,52 @@ def open_attempt(
         "created_at": now,
         "invoice_expires_at": datetime.fromtimestamp(challenge.invoice_expires_at, tz=UTC),
         "expires_at": now + timedelta(seconds=settings.token_lifetime),
-        "slot": slot,
     }
-    if not budget.reserve(sender, day, reserve, settings.daily_budget_msat):
-        batch.effects.signals.over_budget.append(
-            {
-                "delivery": delivery_id,
-                "actor": sender,
-                "day": day,
-                "spent_msat": spent_today(sender),
-                "budget_msat": settings.daily_budget_msat,
-                "amount_msat": challenge.amount_msat,
-            }
+    opened = _open_reserved(challenge, batch, fields)
+    if not isinstance(opened, PaymentAttempt):
+        budget.give_back(sender, day, reserve)
+    return opened
+
+
+def _open_reserved(
+    challenge: Challenge, batch: LedgerBatch, fields: dict[str, Any]
+) -> PaymentAttempt | Verdict:
+    """Store the reserved attempt ``fields`` (all but its slot): the row, or the verdict.
+
+    The attempt takes a free slot of its host's (one on a host that sells tokens,
+    ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
+    stored by this batch, or committed) it is not tried: the unique constraint would
+    refuse it.  Its delivery is held before the invoice's history is read (the payments
+    it made are counted when it meets a 402 with a slot free).  An invoice stored before
+    is paid again only if it failed unpaid: that attempt is reopened for this delivery.
+    A new invoice at a host that charges per message (most paid deliveries) is one
+    ``INSERT`` that a unique key may skip, with no savepoint; the rest go through
+    :func:`_undoable`."""
+    settings, delivery_id, host = batch.settings, fields["delivery_id"], fields["host"]
+    slot = batch.free_slot(host)
+    if slot is None:
+        return batch.held_while_paying(host)
+    made, earlier = challenge_lookup(delivery_id, challenge)
+    if made >= settings.max_payments_per_delivery:
+        error = (
+            f"payment refused: paid {settings.max_payments_per_delivery} times and the "
+            f"destination never accepted (asked {challenge.amount_msat} msat, invoice "
+            f"{challenge.payment_hash[:12]})"
         )
-        error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
-        return Verdict(AttemptResult.HELD, error, budget.seconds_to_next_day(now))
+        return Verdict(AttemptResult.REFUSED, error)
+    if earlier is not None and not reopenable(earlier):
+        return served_again(delivery_id, host, earlier, batch)
+    fields = {**fields, "slot": slot}
     # A host that charges per message opens nothing with another delivery's token.
     shared = not batch.effects.per_message(host)
     if earlier is None and not shared:
         stored: PaymentAttempt | Verdict | None = insert(PaymentAttempt(**fields))
     else:
         stored = _undoable(delivery_id, earlier, fields, shared, settings)
-    if not isinstance(stored, PaymentAttempt):
-        budget.give_back(sender, day, reserve)
-        return stored or conflict(delivery_id, host, challenge, batch)
-    batch.taken(host).add(slot)
+    if stored is None:
+        return conflict(delivery_id, host, challenge, batch)
+    if isinstance(stored, PaymentAttempt):
+        batch.taken(host).add(slot)
     return stored
 
 
