@@ -12,7 +12,13 @@ from datetime import datetime
 from django.db import connection
 
 from django_outbox.payments.models import PaymentAttempt, PaymentState
-from django_outbox.payments.statements import as_datetime, execute, fetch, name, read_datetime
+from django_outbox.payments.statements import (
+    as_datetime,
+    datetime_reader,
+    execute,
+    fetch,
+    name,
+)
 
 #: What the ledger reads of an attempt it settles, in the model's order of its fields
 #: (as :meth:`~django.db.models.Model.from_db` takes them).
@@ -39,7 +45,7 @@ def _read(attempt_id: int, where: str, params: list[object]) -> PaymentAttempt |
     if not rows:
         return None
     *values, created_at = rows[0]
-    return PaymentAttempt.from_db(connection.alias, _READ, [*values, read_datetime(created_at)])
+    return PaymentAttempt.from_db(connection.alias, _READ, [*values, datetime_reader()(created_at)])
 
 
 def mark_paid(

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django_outbox.payments.models import PaymentAttempt, PaymentHost, PaymentState
-from django_outbox.payments.statements import as_datetime, fetch, marks, name, read_datetime
+from django_outbox.payments.statements import as_datetime, datetime_reader, fetch, marks, name
 
 #: The states of an attempt still open for its delivery: to pay, or to present.
 OPEN_STATES = (PaymentState.PENDING, PaymentState.PAID)
@@ -73,10 +73,8 @@ def claim_attempts(ids: Collection[int], hosts: Collection[str], now: datetime) 
     table, newest = name(PaymentAttempt), name("id")
     columns = ", ".join(name(column) for column in _COLUMNS)
     sql = f"SELECT {columns} FROM {table} WHERE {' OR '.join(where)} ORDER BY {newest} DESC"
-    return [
-        AttemptRow(*row[:-4], *(None if at is None else read_datetime(at) for at in row[-4:]))
-        for row in fetch(sql, params)
-    ]
+    read = datetime_reader()
+    return [AttemptRow(*row[:-4], *map(read, row[-4:])) for row in fetch(sql, params)]
 
 
 def per_message_hosts(hosts: Collection[str]) -> set[str]:
