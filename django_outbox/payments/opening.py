@@ -65,23 +65,12 @@ def open_attempt(
     The price and the most fee are reserved from the sender's day first, which locks its
     budget row: two stores for one sender take turns from here, so that the second reads
     the slot and the invoice the first stored.  Whatever is not stored gives the
-    reservation back (:func:`_open_reserved` says what is stored)."""
+    reservation back; what is stored, or what becomes of the delivery, is :func:`_open`'s
+    to say (a delivery over the budget is held only where it would have paid)."""
     settings = batch.settings
     now = timezone.now()
     day, reserve = day_of(now), challenge.amount_msat + settings.max_fee_msat
-    if not budget.reserve(sender, day, reserve, settings.daily_budget_msat):
-        batch.effects.signals.over_budget.append(
-            {
-                "delivery": delivery_id,
-                "actor": sender,
-                "day": day,
-                "spent_msat": spent_today(sender),
-                "budget_msat": settings.daily_budget_msat,
-                "amount_msat": challenge.amount_msat,
-            }
-        )
-        error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
-        return Verdict(AttemptResult.HELD, error, budget.seconds_to_next_day(now))
+    reserved = budget.reserve(sender, day, reserve, settings.daily_budget_msat)
     fields = {
         "payment_hash": challenge.payment_hash,
         "delivery_id": delivery_id,
@@ -98,16 +87,17 @@ def open_attempt(
         "invoice_expires_at": datetime.fromtimestamp(challenge.invoice_expires_at, tz=UTC),
         "expires_at": now + timedelta(seconds=settings.token_lifetime),
     }
-    opened = _open_reserved(challenge, batch, fields)
-    if not isinstance(opened, PaymentAttempt):
+    opened = _open(challenge, batch, fields, reserved)
+    if reserved and not isinstance(opened, PaymentAttempt):
         budget.give_back(sender, day, reserve)
     return opened
 
 
-def _open_reserved(
-    challenge: Challenge, batch: LedgerBatch, fields: dict[str, Any]
+def _open(
+    challenge: Challenge, batch: LedgerBatch, fields: dict[str, Any], reserved: bool
 ) -> PaymentAttempt | Verdict:
-    """Store the reserved attempt ``fields`` (all but its slot): the row, or the verdict.
+    """Store the attempt ``fields`` (all but its slot), whose price ``reserved`` says was
+    reserved: the row, or the verdict.
 
     The attempt takes a free slot of its host's (one on a host that sells tokens,
     ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
@@ -115,6 +105,7 @@ def _open_reserved(
     refuse it.  Its delivery is held before the invoice's history is read (the payments
     it made are counted when it meets a 402 with a slot free).  An invoice stored before
     is paid again only if it failed unpaid: that attempt is reopened for this delivery.
+    Only an attempt that would be stored is held for the budget, until the next day.
     A new invoice at a host that charges per message (most paid deliveries) is one
     ``INSERT`` that a unique key may skip, with no savepoint; the rest go through
     :func:`_undoable`."""
@@ -132,6 +123,8 @@ def _open_reserved(
         return Verdict(AttemptResult.REFUSED, error)
     if earlier is not None and not reopenable(earlier):
         return served_again(delivery_id, host, earlier, batch)
+    if not reserved:
+        return _over_budget(challenge, batch, fields)
     fields = {**fields, "slot": slot}
     # A host that charges per message opens nothing with another delivery's token.
     shared = not batch.effects.per_message(host)
@@ -144,6 +137,24 @@ def _open_reserved(
     if isinstance(stored, PaymentAttempt):
         batch.taken(host).add(slot)
     return stored
+
+
+def _over_budget(challenge: Challenge, batch: LedgerBatch, fields: dict[str, Any]) -> Verdict:
+    """The delivery held to the next day: paying would pass its sender's budget today
+    (and ``payment_budget_exceeded`` is sent once the batch commits)."""
+    settings, sender, now = batch.settings, fields["sender"], fields["created_at"]
+    batch.effects.signals.over_budget.append(
+        {
+            "delivery": fields["delivery_id"],
+            "actor": sender,
+            "day": day_of(now),
+            "spent_msat": spent_today(sender),
+            "budget_msat": settings.daily_budget_msat,
+            "amount_msat": challenge.amount_msat,
+        }
+    )
+    error = f"held: paying {challenge.amount_msat} msat would pass today's budget"
+    return Verdict(AttemptResult.HELD, error, budget.seconds_to_next_day(now))
 
 
 def _undoable(
