@@ -10,13 +10,11 @@ commit (``transaction=True``).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from django_outbox.payments import opening, settling
 from django_outbox.payments.batches import Verdict
@@ -30,6 +28,7 @@ from testproject.lightning.issuer import InvoiceIssuer
 from testproject.lightning.l402_inbox import L402InboxServer, Mode
 from testproject.lightning.node import FakeNode, NodePayment
 from tests.support.payment_rounds import PRICE, attempted, recorded, round_of, send, serve, state
+from tests.unit.payments.test_ledger_reads import attempt
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -140,18 +139,7 @@ def test_an_invoice_stored_meanwhile_is_not_stored_twice_and_its_reservation_is_
 
     def stored_meanwhile(delivery_id: int, challenge: Challenge) -> tuple[int, None]:
         made, _ = read(delivery_id, challenge)
-        PaymentAttempt.objects.create(
-            sender=ACTOR,
-            host=per_message.host,
-            destination=challenge.destination,
-            invoice=challenge.invoice,
-            macaroon=challenge.macaroon,
-            payment_hash=challenge.payment_hash,
-            amount_msat=PRICE,
-            invoice_expires_at=timezone.now() + timedelta(minutes=10),
-            expires_at=timezone.now() + timedelta(hours=1),
-            slot=5,
-        )
+        attempt(challenge.payment_hash, host=per_message.host, reserved_msat=0, slot=5)
         return made, None
 
     [pk] = send(per_message.url())
