@@ -52,22 +52,22 @@ def claim_lookup(delivery_ids: Sequence[int], hosts: Iterable[str]) -> ClaimLook
     """The open attempts of ``delivery_ids``, and the kept tokens, payments under way and
     way of charging of ``hosts``: two queries, however many deliveries a claim took."""
     ids, hosts = set(delivery_ids), set(hosts)
-    rows = claim_attempts(ids, hosts, timezone.now())
+    read = claim_attempts(ids, hosts, timezone.now())
     found = ClaimLookup({}, {}, {}, per_message_hosts(hosts))
+    for host, delivery in read.paying:
+        found.paying.setdefault(host, set()).add(delivery)
     newest: dict[str, datetime] = {}
-    for row in rows:
-        if row.state == PaymentState.USED:
-            paid = row.paid_at or row.created_at
-            if row.host not in newest or paid > newest[row.host]:
-                newest[row.host] = paid
-                found.tokens[row.host] = KeptToken(
-                    row.pk, row.host, row.scheme, row.macaroon, row.preimage
-                )
+    for row in read.rows:
+        if row.state != PaymentState.USED:  # an open attempt of one of the claim's deliveries
+            if row.delivery_id is not None and row.delivery_id not in found.attempts:
+                found.attempts[row.delivery_id] = open_attempt_of(row)
             continue
-        if row.state == PaymentState.PENDING and row.host in hosts:
-            found.paying.setdefault(row.host, set()).add(row.delivery_id)
-        if row.delivery_id in ids and row.delivery_id not in found.attempts:
-            found.attempts[row.delivery_id] = open_attempt_of(row)
+        paid = row.paid_at or row.created_at
+        if row.host not in newest or paid > newest[row.host]:
+            newest[row.host] = paid
+            found.tokens[row.host] = KeptToken(
+                row.pk, row.host, row.scheme, row.macaroon, row.preimage
+            )
     return found
 
 

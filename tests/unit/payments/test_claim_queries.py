@@ -33,11 +33,18 @@ def test_open_attempts_of_the_deliveries_and_the_hosts_payments_and_tokens() -> 
         attempt("0" * 64, "pending", host="127.0.0.8", slot=0),  # another host's
     ):
         assert unwanted.pk
-    rows = list(claim_attempts({pk}, {HOST}, timezone.now()))
-    assert [row.pk for row in rows] == sorted((row.pk for row in wanted), reverse=True)
-    assert {row.expires_at.tzinfo is not None for row in rows} == {True}  # converted dates
-    assert list(claim_attempts(set(), set(), now)) == []
-    assert [row.pk for row in claim_attempts(set(), {HOST}, now)] == [wanted[2].pk, wanted[1].pk]
+    read = claim_attempts({pk}, {HOST}, timezone.now())
+    assert [row.pk for row in read.rows] == [wanted[2].pk, wanted[0].pk]  # newest first
+    assert {row.expires_at.tzinfo is not None for row in read.rows} == {True}  # converted dates
+    assert read.paying == [(HOST, other)]  # another delivery's payment: its host and delivery
+    assert claim_attempts(set(), set(), now) == ([], [])
+    assert [row.pk for row in claim_attempts(set(), {HOST}, now).rows] == [wanted[2].pk]
+    assert claim_attempts(set(), {HOST}, now).paying == [(HOST, other)]
+    found = claim_lookup([pk, other], [HOST])  # its own payment under way: read whole too
+    assert {pk: wanted[0].pk, other: wanted[1].pk} == {
+        delivery: open_attempt.attempt_id for delivery, open_attempt in found.attempts.items()
+    }
+    assert (found.paying, found.tokens[HOST].attempt_id) == ({HOST: {other}}, wanted[2].pk)
 
 
 def test_a_claim_reads_its_payments_in_two_statements_and_its_per_message_hosts() -> None:
