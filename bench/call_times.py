@@ -48,6 +48,7 @@ TARGETS = (
     "django_outbox.payments.ledger:_released",
     "django_outbox.payments.attempt_statements:payable",
     "django_outbox.payments.attempt_statements:mark_paid",
+    "django_outbox.payments.attempt_statements:mark_paid_as_read",
 )
 _totals: dict[str, list[float]] = {}
 _writer: list[int] = []

@@ -61,15 +61,52 @@ def mark_paid(
     ``opened_one``: the delivery that paid was accepted with the token, which opens no
     other (its host charges per message), so the attempt is also made used and retired
     at once, for that reason: one statement where paid, then used, would take two."""
+    values, params = _paid(preimage, fee_msat, now, opened_one)
+    values += ", reserved_msat = %s"
+    sql = f"UPDATE {name(PaymentAttempt)} SET {values} WHERE id = %s AND state = %s"
+    return execute(sql, [*params, reserved_msat, attempt.pk, attempt.state]) > 0
+
+
+def mark_paid_as_read(
+    attempt_id: int,
+    host: str,
+    reserved_msat: int,
+    paid: tuple[str, int, datetime],
+    opened_one: str = "",
+) -> PaymentAttempt | None:
+    """Make the attempt ``attempt_id`` paid as :func:`mark_paid` does (``paid``: its
+    preimage, fee and time), holding its price and fee, if it is still pending at
+    ``host`` with ``reserved_msat`` reserved, as its payer read it: the attempt as it
+    was (pending; its columns :data:`_READ`), or None, and nothing changed.
+
+    One statement where :func:`payable` and :func:`mark_paid` take two: the conditions
+    are what the read would have found."""
+    preimage, fee_msat, now = paid
+    values, params = _paid(preimage, fee_msat, now, opened_one)
+    values += ", reserved_msat = amount_msat + %s"
+    returned = ", ".join(name(column) for column in ("sender", "amount_msat", "uses", "created_at"))
+    sql = (
+        f"UPDATE {name(PaymentAttempt)} SET {values} WHERE id = %s AND state = %s "
+        f"AND host = %s AND reserved_msat = %s RETURNING {returned}"
+    )
+    pending = PaymentState.PENDING.value
+    rows = fetch(sql, [*params, fee_msat, attempt_id, pending, host, reserved_msat])
+    if not rows:
+        return None
+    sender, amount_msat, uses, created_at = rows[0]
+    was = [attempt_id, sender, host, amount_msat, reserved_msat, pending, uses - bool(opened_one)]
+    return PaymentAttempt.from_db(connection.alias, _READ, [*was, datetime_reader()(created_at)])
+
+
+def _paid(preimage: str, fee_msat: int, now: datetime, opened_one: str) -> tuple[str, list[object]]:
+    """The ``SET`` of a payment (see :func:`mark_paid`), but for its reservation."""
     state = PaymentState.USED if opened_one else PaymentState.PAID
     values = "state = %s, preimage = %s, fee_msat = %s, paid_at = %s, reason = %s"
     params: list[object] = [state.value, preimage, fee_msat, as_datetime(now), opened_one]
     if opened_one:
         values += ", uses = uses + 1, retired_at = %s"
         params.append(as_datetime(now))
-    values += ", reserved_msat = %s"
-    sql = f"UPDATE {name(PaymentAttempt)} SET {values} WHERE id = %s AND state = %s"
-    return execute(sql, [*params, reserved_msat, attempt.pk, attempt.state]) > 0
+    return values, params
 
 
 def mark_used(attempt_id: int, retired: tuple[datetime, str] | None = None) -> bool:

@@ -41,6 +41,7 @@ class AttemptRow(NamedTuple):
     payment_hash: str
     amount_msat: int
     pay_amount_msat: int | None
+    reserved_msat: int
     invoice: str
     macaroon: str
     preimage: str

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
@@ -134,7 +134,7 @@ def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
     report = outcome.report
     if not isinstance(report, PaymentReport):
         return outcome
-    _settle_all(report.settlements, batch.effects)
+    _settle_all(report.settlements, batch.effects, outcome.row.host)
     if report.challenge is None:
         return outcome
     row, sender = outcome.row, outcome.message.sender
@@ -142,38 +142,39 @@ def _record(outcome: Outcome, batch: LedgerBatch) -> Outcome:
     return opened.applied_to(outcome) if isinstance(opened, Verdict) else outcome
 
 
-def _settle_all(settlements: Iterable[Settlement], effects: Effects) -> None:
-    """Apply ``settlements`` in order, each told whether its attempt is used after it."""
+def _settle_all(
+    settlements: Iterable[Settlement], effects: Effects, host: str | None = None
+) -> None:
+    """Apply ``settlements`` in order, each told whether its attempt is used after it
+    (``host``: of the delivery that reports them, whose own attempts they pay)."""
     settlements = list(settlements)
     used = {settlement.attempt_id for settlement in settlements if settlement.change is Change.USED}
     for settlement in settlements:
-        _settle(settlement, effects, settlement.attempt_id in used)
+        _settle(settlement, effects, settlement.attempt_id in used, host)
 
 
-def _settle(settlement: Settlement, effects: Effects, then_used: bool = False) -> None:
+def _settle(
+    settlement: Settlement, effects: Effects, then_used: bool = False, host: str | None = None
+) -> None:
     """Apply one settlement; each is conditional on the state it leaves, so that a batch
     saved twice (the recorder retries after a database error) changes nothing twice.
 
     A payment that ends (paid, or failed) frees its host's slot; a token accepted, or
     refused, teaches how its host charges (:func:`_used`, :func:`_retired`).
     ``then_used``: the same report has the attempt's token accepted next; on a host
-    that charges per message the payment makes it used (and retired) at once."""
+    that charges per message the payment makes it used (and retired) at once.  ``host``:
+    that of the delivery whose attempt made the settlement (None: the sweeper's)."""
     now = timezone.now()
     change = settlement.change
     just_paid = effects.paid.pop(settlement.attempt_id, None)
     if change is Change.PAID:
-        # A failed attempt that was never paid can still turn out paid (the node knew
-        # better); one the destination refused after paying cannot be paid again.
-        attempt = attempt_statements.payable(settlement.attempt_id)
-        if attempt is None:
-            return
         # The node's word, bounded to what a payment can cost (and the columns hold).
         fee = min(max(0, settlement.fee_msat), MAX_MSAT)
+        made = _made_paid(settlement, (settlement.preimage, fee, now), effects, then_used, host)
+        if made is None:
+            return
+        attempt, left = made
         spent, day = attempt.amount_msat + fee, day_of(attempt.created_at)
-        opened_one = ONE_DELIVERY if then_used and effects.per_message(attempt.host) else ""
-        updated = attempt_statements.mark_paid(
-            attempt, settlement.preimage, fee, now, spent, opened_one
-        )
         if attempt.state == PaymentState.FAILED:  # given back too early: take it again
             budget.spend(attempt.sender, day, spent)
         else:
@@ -181,20 +182,20 @@ def _settle(settlement: Settlement, effects: Effects, then_used: bool = False) -
             if effects.per_message(attempt.host):
                 effects.release_some(attempt.host, 1)  # its slot is free
         effects.signals.made.append(attempt.pk)
-        if updated:
-            attempt.state = PaymentState.USED if opened_one else PaymentState.PAID
+        if left is not None:
+            attempt.state = left
             effects.paid[attempt.pk] = attempt
     elif change is Change.FAILED:
         pending = PaymentAttempt.objects.filter(
             id=settlement.attempt_id, state=PaymentState.PENDING
         )
-        attempt = pending.first()
-        if attempt is not None and pending.update(
+        failing = pending.first()
+        if failing is not None and pending.update(
             state=PaymentState.FAILED, reason=settlement.reason[:500], reserved_msat=0
         ):
-            budget.give_back(attempt.sender, day_of(attempt.created_at), attempt.reserved_msat)
-            effects.signals.failed.append((attempt.pk, settlement.reason))
-            effects.release_some(attempt.host, 1)  # one of those waiting pays instead
+            budget.give_back(failing.sender, day_of(failing.created_at), failing.reserved_msat)
+            effects.signals.failed.append((failing.pk, settlement.reason))
+            effects.release_some(failing.host, 1)  # one of those waiting pays instead
     elif change is Change.USED:
         if just_paid is None or just_paid.state != PaymentState.USED:  # used as it was paid
             _used(settlement.attempt_id, effects, just_paid)
@@ -204,6 +205,41 @@ def _settle(settlement: Settlement, effects: Effects, then_used: bool = False) -
             effects.signals.failed.append((settlement.attempt_id, settlement.reason))
     elif change is Change.RETIRED:
         _retired(settlement.attempt_id, settlement.reason, effects)
+
+
+def _made_paid(
+    settlement: Settlement,
+    paid: tuple[str, int, datetime],
+    effects: Effects,
+    then_used: bool,
+    host: str | None,
+) -> tuple[PaymentAttempt, PaymentState | None] | None:
+    """Make the settlement's attempt paid (``paid``: its preimage, bounded fee and time):
+    the attempt as it was read, and the state this left it in (None: it changed
+    nothing); None if it may not turn out paid.  An attempt its payer read pending (most
+    payments) is made paid in one statement while it still is; any other is read first.
+    A failed attempt that was never paid can still turn out paid (the node knew
+    better); one the destination refused after paying cannot be paid again."""
+    if host is not None and settlement.reserved_msat is not None:
+        opened_one = ONE_DELIVERY if then_used and effects.per_message(host) else ""
+        attempt = attempt_statements.mark_paid_as_read(
+            settlement.attempt_id, host, settlement.reserved_msat, paid, opened_one
+        )
+        if attempt is not None:
+            return attempt, _left(opened_one)
+    attempt = attempt_statements.payable(settlement.attempt_id)
+    if attempt is None:
+        return None
+    preimage, fee, now = paid
+    opened_one = ONE_DELIVERY if then_used and effects.per_message(attempt.host) else ""
+    spent = attempt.amount_msat + fee
+    changed = attempt_statements.mark_paid(attempt, preimage, fee, now, spent, opened_one)
+    return attempt, _left(opened_one) if changed else None
+
+
+def _left(opened_one: str) -> PaymentState:
+    """The state a payment leaves its attempt in (``opened_one``: see :func:`_made_paid`)."""
+    return PaymentState.USED if opened_one else PaymentState.PAID
 
 
 def _used(attempt_id: int, effects: Effects, paid: PaymentAttempt | None = None) -> None:

@@ -86,6 +86,7 @@ def open_attempt_of(row: PaymentAttempt | AttemptRow) -> OpenAttempt:
         invoice=row.invoice,
         macaroon=row.macaroon,
         preimage=row.preimage,
+        reserved_msat=row.reserved_msat,
     )
 
 

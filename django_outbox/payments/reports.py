@@ -69,6 +69,10 @@ class OpenAttempt:
     invoice: str = field(repr=False)
     macaroon: str = field(repr=False)
     preimage: str = field(default="", repr=False)
+    #: What the sender's budget holds for it, as read with it: a payment settled for an
+    #: attempt read pending says so, and the ledger makes it paid in one statement while
+    #: it still is (see :class:`Settlement`).
+    reserved_msat: int | None = None
 
     def authorization(self, preimage: str) -> str:
         """The ``Authorization`` value of this attempt's token with ``preimage``."""
@@ -108,6 +112,9 @@ class Settlement:
     preimage: str = field(default="", repr=False)
     fee_msat: int = 0
     reason: str = ""
+    #: A payment (``PAID``) of an attempt its payer read pending: the reservation it read
+    #: (None: not read so, and the ledger reads the attempt before it settles).
+    reserved_msat: int | None = None
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,14 @@ def settle_open(job: Payer, attempt: OpenAttempt, trail: Trail) -> str | Exchang
         return trail.ends(AttemptResult.REFUSED, f"payment refused: {refusal}")
     except PaymentClientError as error:
         return trail.ends(AttemptResult.RETRY, f"payment client: {error}"[:500])
-    trail.add(attempt.attempt_id, Change.PAID, preimage=preimage, fee_msat=payment.fee_msat)
+    read = attempt.reserved_msat if attempt.state == "pending" else None
+    trail.add(
+        attempt.attempt_id,
+        Change.PAID,
+        preimage=preimage,
+        fee_msat=payment.fee_msat,
+        reserved_msat=read,
+    )
     if now >= attempt.expires_at:
         reason = "paid, but the token's lifetime ended before it was used"
         trail.add(attempt.attempt_id, Change.REJECTED, reason=reason)

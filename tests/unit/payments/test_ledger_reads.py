@@ -8,6 +8,7 @@ tests hold the reads that were cut to what they were replaced by.
 from __future__ import annotations
 
 from datetime import date, timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -120,3 +121,49 @@ def test_a_settlement_between_payment_and_use_makes_the_use_read_the_row() -> No
     paid.refresh_from_db()
     assert (paid.state, paid.uses) == ("failed", 0)  # refused, as stored: not used
     assert HOST not in effects.release
+
+
+def _attempt_statements(queries: CaptureQueriesContext) -> list[str]:
+    """The first word of each statement on the attempts' table."""
+    return [q["sql"].split()[0].upper() for q in queries if "paymentattempt" in q["sql"].lower()]
+
+
+@pytest.mark.parametrize("read_pending", [True, False])
+def test_a_payment_its_payer_read_pending_is_made_paid_in_one_statement(read_pending: bool) -> None:
+    PaymentHost.objects.create(host=HOST, per_message=True)
+    budget.reserve(ACTOR, timezone.now().date(), PRICE + 100, 10 * PRICE)
+    paid = attempt("a" * 64, slot=0)
+    read = PRICE + 100 if read_pending else None
+    report = [
+        Settlement(paid.pk, Change.PAID, preimage="00" * 32, fee_msat=10, reserved_msat=read),
+        Settlement(paid.pk, Change.USED),
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        ledger._settle_all(report, Effects(), HOST)
+    assert _attempt_statements(queries) == (["UPDATE"] if read_pending else ["SELECT", "UPDATE"])
+    paid.refresh_from_db()
+    assert (paid.state, paid.uses, paid.retired_at is not None) == ("used", 1, True)
+    assert (paid.fee_msat, paid.reserved_msat, paid.preimage) == (10, PRICE + 10, "00" * 32)
+    assert spent_today(ACTOR) == PRICE + 10  # the unspent 90 given back
+
+
+@pytest.mark.parametrize("since", ["reserved again", "failed unpaid", "another host"])
+def test_a_payment_whose_attempt_changed_since_it_was_read_reads_it_first(since: str) -> None:
+    day = timezone.now().date()
+    budget.reserve(ACTOR, day, PRICE + 50, 10 * PRICE)
+    changes: dict[str, dict[str, Any]] = {
+        "reserved again": {"reserved_msat": PRICE + 50},  # reopened with another reservation
+        "failed unpaid": {"state": "failed", "reserved_msat": 0},  # given back already
+        "another host": {"reserved_msat": PRICE + 50},
+    }
+    fields = changes[since]
+    paid = attempt("a" * 64, **fields)
+    host = "127.0.0.9" if since == "another host" else HOST
+    report = [Settlement(paid.pk, Change.PAID, "00" * 32, 10, reserved_msat=PRICE + 100)]
+    with CaptureQueriesContext(connection) as queries:
+        ledger._settle_all(report, Effects(), host)
+    assert _attempt_statements(queries) == ["UPDATE", "SELECT", "UPDATE"]
+    paid.refresh_from_db()
+    assert (paid.state, paid.reserved_msat) == ("paid", PRICE + 10)
+    # As stored: 40 of the 50 given back, or the price and fee taken again.
+    assert spent_today(ACTOR) == (2 * PRICE + 60 if since == "failed unpaid" else PRICE + 10)
