@@ -3,9 +3,10 @@
 
 A claim calls :func:`claim_lookup` (two queries) to hand the attempts what to pay and
 what to present, and to hold deliveries whose host is being paid as much as it may
-be; the recorder asks :func:`pending_slots`, :func:`host_charges` and
-:func:`challenge_lookup` before storing a challenge; the sweeper asks :func:`orphans`
-which pending payments no delivery will resolve.
+be; the ledger asks :func:`challenge_lookup` (with the host's slots, or
+:func:`pending_slots` again after a conflict) and :func:`host_charges` before storing
+a challenge; the sweeper asks :func:`orphans` which pending payments no delivery will
+resolve.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import NamedTuple
 
 from django.db.models import Q
 from django.utils import timezone
@@ -90,22 +92,42 @@ def open_attempt_of(row: PaymentAttempt | AttemptRow) -> OpenAttempt:
     )
 
 
-def challenge_lookup(delivery_id: int, challenge: Challenge) -> tuple[int, PaymentAttempt | None]:
-    """What the ledger reads before storing a delivery's challenge: how many payments the
-    delivery made or has under way, and the attempt already stored for the challenge's
-    invoice (its payment hash is unique), if any.  One query; a second reads that
-    attempt whole when there is one."""
+class History(NamedTuple):
+    """What the ledger reads before storing a delivery's challenge
+    (:func:`challenge_lookup`)."""
+
+    #: How many payments the delivery made or has under way.
+    made: int
+    #: The attempt already stored for the challenge's invoice (its payment hash is unique).
+    earlier: PaymentAttempt | None
+    #: The slots of the payments under way at the host asked about (None: not asked).
+    slots: set[int] | None = None
+
+
+def challenge_lookup(delivery_id: int, challenge: Challenge, host: str | None = None) -> History:
+    """The delivery's payments made or under way, and the attempt stored for the
+    challenge's invoice, if any; with ``host``, also the slots of its payments under way
+    (:func:`pending_slots`), so that a store reads both in one query.  A second reads
+    the invoice's attempt whole when there is one."""
     payment_hash, pending = challenge.payment_hash, PaymentState.PENDING.value
+    where = "(delivery_id = %s AND (paid_at IS NOT NULL OR state = %s)) OR payment_hash = %s"
+    params: list[object] = [pending, delivery_id, pending, payment_hash]
+    if host is not None:
+        where += " OR (host = %s AND state = %s)"
+        params += [host, pending]
     sql = (
-        f"SELECT id, delivery_id, payment_hash, paid_at IS NOT NULL OR state = %s "
-        f"FROM {name(PaymentAttempt)} WHERE (delivery_id = %s "
-        "AND (paid_at IS NOT NULL OR state = %s)) OR payment_hash = %s"
+        f"SELECT id, delivery_id, payment_hash, paid_at IS NOT NULL OR state = %s, host, "
+        f"state, slot FROM {name(PaymentAttempt)} WHERE {where}"
     )
     made, earlier = 0, None
-    for pk, delivery, row_hash, spent in fetch(sql, [pending, delivery_id, pending, payment_hash]):
+    slots: set[int] | None = None if host is None else set()
+    for pk, delivery, row_hash, spent, at, state, slot in fetch(sql, params):
         made += delivery == delivery_id and bool(spent)
         earlier = pk if row_hash == payment_hash else earlier
-    return made, None if earlier is None else PaymentAttempt.objects.filter(pk=earlier).first()
+        if slots is not None and at == host and state == pending:
+            slots.add(slot)
+    stored = None if earlier is None else PaymentAttempt.objects.filter(pk=earlier).first()
+    return History(made, stored, slots)
 
 
 def pending_slots(host: str) -> set[int]:

@@ -102,7 +102,8 @@ def _open(
     The attempt takes a free slot of its host's (one on a host that sells tokens,
     ``MAX_PARALLEL_PER_HOST`` on one that charges per message).  With none free (payments
     stored by this batch, or committed) it is not tried: the unique constraint would
-    refuse it.  Its delivery is held before the invoice's history is read (the payments
+    refuse it.  The host's slots are read with the invoice's history (one statement), and
+    a delivery held for want of a slot is held whatever that history says (the payments
     it made are counted when it meets a 402 with a slot free).  An invoice stored before
     is paid again only if it failed unpaid: that attempt is reopened for this delivery.
     Only an attempt that would be stored is held for the budget, until the next day.
@@ -110,10 +111,14 @@ def _open(
     ``INSERT`` that a unique key may skip, with no savepoint; the rest go through
     :func:`_undoable`."""
     settings, delivery_id, host = batch.settings, fields["delivery_id"], fields["host"]
+    history = None
+    if host not in batch.slots:  # read with the invoice's history, in one statement
+        history = challenge_lookup(delivery_id, challenge, host)
+        batch.slots[host] = history.slots or set()
     slot = batch.free_slot(host)
     if slot is None:
         return batch.held_while_paying(host)
-    made, earlier = challenge_lookup(delivery_id, challenge)
+    made, earlier, _ = history or challenge_lookup(delivery_id, challenge)
     if made >= settings.max_payments_per_delivery:
         error = (
             f"payment refused: paid {settings.max_payments_per_delivery} times and the "

@@ -68,15 +68,21 @@ def test_one_query_counts_the_deliverys_payments_and_finds_the_invoices_attempt(
     attempt("b" * 64, "used", delivery_id=pk, paid_at=timezone.now())
     attempt("c" * 64, "failed", delivery_id=pk)  # failed unpaid: cost nothing
     stored = attempt("d" * 64, "paid", delivery_id=other, paid_at=timezone.now())
+    attempt("f" * 64, "pending", host="127.0.0.9", slot=3)  # another host's payment
     with CaptureQueriesContext(connection) as queries:
-        assert challenge_lookup(pk, challenge("e" * 64)) == (2, None)
+        assert challenge_lookup(pk, challenge("e" * 64)) == (2, None, None)
     assert len(queries) == 1
     with CaptureQueriesContext(connection) as queries:
-        made, earlier = challenge_lookup(pk, challenge("d" * 64))
+        made, earlier, _ = challenge_lookup(pk, challenge("d" * 64))
     assert len(queries) == 2  # the invoice's attempt is read whole
     assert (made, earlier) == (2, stored)
     assert earlier is not None and earlier.state == "paid" and earlier.invoice == stored.invoice
-    assert challenge_lookup(other, challenge("e" * 64)) == (1, None)
+    assert challenge_lookup(other, challenge("e" * 64)) == (1, None, None)
+    with CaptureQueriesContext(connection) as queries:  # and the host's slots under way
+        assert challenge_lookup(other, challenge("e" * 64), HOST) == (1, None, {0})
+    assert len(queries) == 1
+    assert challenge_lookup(other, challenge("e" * 64), "127.0.0.9") == (1, None, {3})
+    assert challenge_lookup(other, challenge("e" * 64), "127.0.0.8") == (1, None, set())
 
 
 def test_the_budget_row_is_written_once_a_day_and_refusals_spend_nothing() -> None:

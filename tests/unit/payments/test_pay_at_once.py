@@ -19,7 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django_outbox.payments import opening, settling
 from django_outbox.payments.batches import Verdict
 from django_outbox.payments.ledger import ONE_DELIVERY
-from django_outbox.payments.lookups import spent_today
+from django_outbox.payments.lookups import History, spent_today
 from django_outbox.payments.models import PaymentAttempt, PaymentHost
 from django_outbox.payments.reports import PAYING_ELSEWHERE, Challenge, Change
 from django_outbox.values.outcomes import AttemptResult
@@ -137,10 +137,12 @@ def test_an_invoice_stored_meanwhile_is_not_stored_twice_and_its_reservation_is_
     payment is under way: held), and the budget reserved first is given back."""
     read = opening.challenge_lookup
 
-    def stored_meanwhile(delivery_id: int, challenge: Challenge) -> tuple[int, None]:
-        made, _ = read(delivery_id, challenge)
+    def stored_meanwhile(
+        delivery_id: int, challenge: Challenge, host: str | None = None
+    ) -> History:
+        history = read(delivery_id, challenge, host)
         attempt(challenge.payment_hash, host=per_message.host, reserved_msat=0, slot=5)
-        return made, None
+        return history
 
     [pk] = send(per_message.url())
     with monkeypatch.context() as patch:

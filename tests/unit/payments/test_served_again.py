@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from django_outbox.models import Delivery, DeliveryState, Message
 from django_outbox.payments import opening, paying
-from django_outbox.payments.lookups import spent_today
+from django_outbox.payments.lookups import History, spent_today
 from django_outbox.payments.models import PaymentAttempt
 from django_outbox.payments.reports import PAYING_ELSEWHERE, STORED_MEANWHILE, Challenge
 from testproject.demo.keys import ACTOR
@@ -150,11 +150,11 @@ def _stored_meanwhile(patch: pytest.MonkeyPatch, then: Callable[[Challenge], obj
     its write is refused is what is stored."""
     read = opening.challenge_lookup
 
-    def lookup(delivery_id: int, challenge: Challenge) -> tuple[int, PaymentAttempt | None]:
-        made, _ = read(delivery_id, challenge)
+    def lookup(delivery_id: int, challenge: Challenge, host: str | None = None) -> History:
+        history = read(delivery_id, challenge, host)
         then(challenge)
         patch.setattr(opening, "challenge_lookup", read)
-        return made, None
+        return history
 
     patch.setattr(opening, "challenge_lookup", lookup)
 
