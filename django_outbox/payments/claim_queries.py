@@ -11,8 +11,8 @@ table's own column names.  The rows come back as :class:`AttemptRow` tuples of t
 columns a claim uses (their dates converted as the ORM converts them), not as models;
 of the payments under way at the claim's hosts it reads only their host and delivery.
 While a host that charges per message is paid, every claim reads each of its payments
-under way: made models, they cost a claim 1.3 ms of CPU, read whole 0.85 ms, and read
-so 0.55 ms, against 0.45 ms with no payment under way (``bench.paid_alone``).
+under way: made models, they cost a claim 1.3 ms of CPU, read whole 0.88 ms, and read
+so 0.56 ms, against 0.47 ms with no payment under way (``bench.paid_alone``).
 """
 
 from __future__ import annotations
