@@ -7,7 +7,9 @@ on the state the ledger says it leaves, and tells whether it changed a row.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 
@@ -42,10 +44,13 @@ def _read(attempt_id: int, where: str, params: list[object]) -> PaymentAttempt |
     columns = ", ".join(name(column) for column in _READ)
     sql = f"SELECT {columns} FROM {name(PaymentAttempt)} WHERE id = %s AND ({where})"
     rows = fetch(sql, [attempt_id, *params])
-    if not rows:
-        return None
-    *values, created_at = rows[0]
-    return PaymentAttempt.from_db(connection.alias, _READ, [*values, datetime_reader()(created_at)])
+    return _as_read(rows[0]) if rows else None
+
+
+def _as_read(values: Sequence[Any]) -> PaymentAttempt:
+    """The attempt of the :data:`_READ` columns ``values``, as a statement read them."""
+    *others, created_at = values
+    return PaymentAttempt.from_db(connection.alias, _READ, [*others, datetime_reader()(created_at)])
 
 
 def mark_paid(
@@ -94,8 +99,8 @@ def mark_paid_as_read(
     if not rows:
         return None
     sender, amount_msat, uses, created_at = rows[0]
-    was = [attempt_id, sender, host, amount_msat, reserved_msat, pending, uses - bool(opened_one)]
-    return PaymentAttempt.from_db(connection.alias, _READ, [*was, datetime_reader()(created_at)])
+    was = (attempt_id, sender, host, amount_msat, reserved_msat, pending, uses - bool(opened_one))
+    return _as_read([*was, created_at])
 
 
 def _paid(preimage: str, fee_msat: int, now: datetime, opened_one: str) -> tuple[str, list[object]]:

@@ -220,21 +220,25 @@ def _made_paid(
     payments) is made paid in one statement while it still is; any other is read first.
     A failed attempt that was never paid can still turn out paid (the node knew
     better); one the destination refused after paying cannot be paid again."""
+
+    def opened_one(at: str) -> str:
+        return ONE_DELIVERY if then_used and effects.per_message(at) else ""
+
     if host is not None and settlement.reserved_msat is not None:
-        opened_one = ONE_DELIVERY if then_used and effects.per_message(host) else ""
+        reason = opened_one(host)
         attempt = attempt_statements.mark_paid_as_read(
-            settlement.attempt_id, host, settlement.reserved_msat, paid, opened_one
+            settlement.attempt_id, host, settlement.reserved_msat, paid, reason
         )
         if attempt is not None:
-            return attempt, _left(opened_one)
+            return attempt, _left(reason)
     attempt = attempt_statements.payable(settlement.attempt_id)
     if attempt is None:
         return None
     preimage, fee, now = paid
-    opened_one = ONE_DELIVERY if then_used and effects.per_message(attempt.host) else ""
     spent = attempt.amount_msat + fee
-    changed = attempt_statements.mark_paid(attempt, preimage, fee, now, spent, opened_one)
-    return attempt, _left(opened_one) if changed else None
+    reason = opened_one(attempt.host)
+    changed = attempt_statements.mark_paid(attempt, preimage, fee, now, spent, reason)
+    return attempt, _left(reason) if changed else None
 
 
 def _left(opened_one: str) -> PaymentState:
