@@ -30,7 +30,7 @@ from django_outbox.payments.invoices import load_decoder
 from django_outbox.payments.ledger import record_payments
 from django_outbox.payments.recovery import resolve_orphans, resolve_orphans_now
 from django_outbox.payments.reports import PAID_AT_CLAIM, PARKED_HOLDS
-from django_outbox.payments.served_first import token_hosts
+from django_outbox.payments.served_first import paid_hosts
 from django_outbox.payments.threads import stop_payment_threads
 from django_outbox.store.transitions import park
 from django_outbox.values.claimed import ClaimedRow, MessageData
@@ -53,9 +53,9 @@ class PaidPush(Extension):
         return Tickets(dict(jobs), {pk: (PAID_AT_CLAIM, seconds) for pk, seconds in wait.items()})
 
     def published_first(self, hosts: Collection[str]) -> set[str]:
-        """The hosts that have a kept token: their new deliveries are paid ones
-        (:mod:`~django_outbox.payments.served_first`)."""
-        return token_hosts(hosts)
+        """The hosts that charge per message or have a kept token: their new deliveries
+        are paid ones (:mod:`~django_outbox.payments.served_first`)."""
+        return paid_hosts(hosts)
 
     def park(self, holds: Sequence[Outcome]) -> list[Outcome]:
         """``holds`` but those held while their host is paid, which are parked until
