@@ -22,7 +22,8 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django_outbox.payments.models import PaymentAttempt, PaymentHost, PaymentState
-from django_outbox.payments.statements import as_datetime, datetime_reader, fetch, marks, name
+from django_outbox.payments.statements import as_datetime, fetch, marks, name
+from django_outbox.store.read_values import datetime_reader
 
 #: The states of an attempt still open for its delivery: to pay, or to present.
 OPEN_STATES = (PaymentState.PENDING, PaymentState.PAID)

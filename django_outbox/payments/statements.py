@@ -12,7 +12,7 @@ as the backend quotes them, and dates and times adapted as the ORM adapts them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from datetime import date, datetime
 from typing import Any, TypeVar
 
@@ -41,20 +41,6 @@ def as_datetime(value: datetime) -> Any:
 def as_date(value: date) -> Any:
     """``value`` as the database takes a ``DateField``'s value."""
     return connection.ops.adapt_datefield_value(value)
-
-
-def datetime_reader() -> Callable[[Any], Any]:
-    """What turns a ``DateTimeField``'s value, as a written-out statement read it, into
-    what the ORM hands back (aware, on a backend that stores it as text or without its
-    zone; None stays None): the backend is asked once for all the values of a read."""
-    convert = getattr(connection.ops, "convert_datetimefield_value", None)
-    if convert is None:
-        return _unchanged
-    return lambda value: convert(value, None, connection)
-
-
-def _unchanged(value: Any) -> Any:
-    return value
 
 
 def execute(sql: str, params: Sequence[Any]) -> int:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 
 from django_outbox.models import Delivery, DeliveryState, Host, Message
+from django_outbox.store.read_values import datetime_reader
 from django_outbox.values.claimed import ClaimedRow, MessageData
 
 _counter = itertools.count()
@@ -61,24 +62,55 @@ def _json_list(value: object) -> list[str]:
     return [str(url) for url in decoded] if isinstance(decoded, list) else []
 
 
+#: The columns :func:`load_messages` reads, in :class:`MessageData` order.
+_MESSAGE_COLUMNS = (
+    "id",
+    "sender",
+    "body",
+    "body_sha256",
+    "content_type",
+    "deadline",
+    "activity_type",
+    "synchronize_collection",
+    "max_attempts",
+    "created_at",
+    "signing",
+    "webhook_id",
+)
+
+
 def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
-    """The sending parts of the messages with ``ids``, in one query."""
-    rows = Message.objects.filter(id__in=list(ids)).values_list(
-        "id",
-        "sender",
-        "body",
-        "body_sha256",
-        "content_type",
-        "deadline",
-        "activity_type",
-        "synchronize_collection",
-        "max_attempts",
-        "created_at",
-        "signing",
-        "webhook_id",
-    )
+    """The sending parts of the messages with ``ids``, in one query.
+
+    Written out: a send to a few inboxes (a reply, a follow) makes a claim of its own,
+    whose message is read before anything else, and the ORM's compilation of this
+    read cost 0.85 ms of the worker's CPU a claim, most of its preparation."""
+    wanted = list(ids)
+    if not wanted:
+        return {}
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(column) for column in _MESSAGE_COLUMNS)
+    marks = ", ".join(["%s"] * len(wanted))
+    sql = f"SELECT {columns} FROM {quote(Message._meta.db_table)} WHERE id IN ({marks})"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, wanted)
+        rows = cursor.fetchall()
+    read = datetime_reader()
     return {
-        row[0]: MessageData(row[0], row[1], bytes(row[2]), bytes(row[3]), *row[4:]) for row in rows
+        row[0]: MessageData(
+            row[0],
+            row[1],
+            bytes(row[2]),
+            bytes(row[3]),
+            row[4],
+            read(row[5]),
+            row[6],
+            bool(row[7]),
+            row[8],
+            read(row[9]),
+            *row[10:],
+        )
+        for row in rows
     }
 
 
