@@ -1,8 +1,9 @@
 """The payment step of an attempt, on a payment thread: bring a stored attempt to a preimage.
 
 A stored attempt is paid only after the node is asked whether it already was
-(:func:`settle_open`), and only while what is left of the delivery's lease covers the
-node calls and the request after them (:func:`payment_seconds`).  A delivery to a host
+(:func:`settle_open`), unless this step stored it, and only while what is left of the
+delivery's lease covers the node calls and the request after them
+(:func:`payment_seconds`).  A delivery to a host
 known to charge per message first stores the challenge it just met
 (:func:`store_and_settle`: committed, then paid, in one step): the attempt that met the
 402 goes on to pay it and send again.  Each step notes what it changed on a
@@ -140,9 +141,17 @@ def _checked(payment: Payment, attempt: OpenAttempt) -> str:
     return payment.preimage.hex()
 
 
-def settle_open(job: Payer, attempt: OpenAttempt, trail: Trail) -> str | Exchange | None:
+def settle_open(
+    job: Payer, attempt: OpenAttempt, trail: Trail, *, stored_now: bool = False
+) -> str | Exchange | None:
     """Bring the delivery's open ``attempt`` to a preimage: the ``Authorization`` to send,
-    an :class:`Exchange` that ends the attempt, or None (nothing usable: send bare)."""
+    an :class:`Exchange` that ends the attempt, or None (nothing usable: send bare).
+
+    The node is asked first what became of the payment, unless ``stored_now``: the
+    attempt was stored (or reopened after the node said it failed) by this very step, so
+    none of its payments can have been made or be in flight.  Had anyone paid its
+    invoice anyway, the payee's node takes no second payment of one payment hash, and
+    the clients then report the first (:func:`~.clients.settle_refusal`)."""
     client, settings = job.client, job.settings
     now = time.time()
     if attempt.state == "paid" and attempt.preimage:
@@ -151,11 +160,12 @@ def settle_open(job: Payer, attempt: OpenAttempt, trail: Trail) -> str | Exchang
     if refusal is not None:
         return refusal
     try:
-        status = client.lookup(attempt.payment_hash)
-        if status.state is PaymentState.PENDING:
+        status = None if stored_now else client.lookup(attempt.payment_hash)
+        state = PaymentState.UNKNOWN if status is None else status.state
+        if state is PaymentState.PENDING:
             error = f"payment {attempt.payment_hash[:16]} is in flight; asking again later"
             return trail.ends(AttemptResult.RETRY, error)
-        if status.state is PaymentState.COMPLETE and status.payment is not None:
+        if status is not None and state is PaymentState.COMPLETE and status.payment is not None:
             payment = status.payment
         elif now >= attempt.expires_at or now + settings.expiry_affordance >= (
             attempt.invoice_expires_at
@@ -192,9 +202,10 @@ def store_and_settle(
     job: Payer, challenge: Challenge, trail: Trail
 ) -> tuple[OpenAttempt, str] | Exchange | None:
     """Store ``challenge`` as the claimed delivery's pending attempt (committed), then pay
-    it as :func:`settle_open` does: the attempt and the ``Authorization`` to send, an
-    :class:`Exchange` that ends the attempt (held or refused by the ledger, the payment
-    failed or not started), or None (its invoice ran out before it could be paid).
+    it as :func:`settle_open` does, without asking the node first: the attempt and the
+    ``Authorization`` to send, an :class:`Exchange` that ends the attempt (held or refused
+    by the ledger, the payment failed or not started), or None (its invoice ran out
+    before it could be paid).
 
     A database that fails the store ends the attempt for a retry, nothing paid; this
     thread's connection is closed so that the next store opens a fresh one."""
@@ -206,5 +217,5 @@ def store_and_settle(
         return trail.ends(AttemptResult.RETRY, f"internal: storing its payment: {error}"[:500])
     if isinstance(stored, Verdict):
         return trail.ends(stored.result, stored.error, held_for=stored.held_for)
-    settled = settle_open(job, stored, trail)
+    settled = settle_open(job, stored, trail, stored_now=True)
     return (stored, settled) if isinstance(settled, str) else settled

@@ -75,6 +75,25 @@ def test_the_attempt_is_committed_before_the_node_is_asked(
     assert seen == [["pending"]]
 
 
+def test_the_step_that_stored_the_attempt_pays_without_asking_the_node_first(
+    per_message: L402InboxServer, node: FakeNode
+) -> None:
+    """Stored by this step, the attempt cannot have been paid: one node call, not two.
+    An attempt found stored at a claim is asked about first (``test_paying``)."""
+    asked: list[str] = []
+    lookup = node.lookup
+
+    def looking(payment_hash: str) -> NodePayment | None:
+        asked.append(payment_hash)
+        return lookup(payment_hash)
+
+    node.lookup = looking  # type: ignore[method-assign]
+    [pk] = send(per_message.url())
+    [outcome] = round_of([pk])
+    assert outcome.result == "delivered"
+    assert (asked, len(node.payments())) == ([], 1)
+
+
 def test_a_database_error_storing_the_payment_pays_nothing(
     per_message: L402InboxServer, node: FakeNode, monkeypatch: pytest.MonkeyPatch
 ) -> None:
