@@ -14,8 +14,9 @@ from typing import Any
 from django.db import connection
 
 from django_outbox.payments.models import PaymentAttempt, PaymentState
-from django_outbox.payments.statements import as_datetime, execute, fetch, name
+from django_outbox.payments.statements import as_datetime, execute, fetch
 from django_outbox.store.read_values import datetime_reader
+from django_outbox.store.statement_parts import name
 
 #: What the ledger reads of an attempt it settles, in the model's order of its fields
 #: (as :meth:`~django.db.models.Model.from_db` takes them).

@@ -14,7 +14,8 @@ from django.db import connection
 
 from django_outbox.payments.lookups import day_of
 from django_outbox.payments.models import PaymentBudget
-from django_outbox.payments.statements import as_date, execute, fetch, marks, name
+from django_outbox.payments.statements import as_date, execute, fetch
+from django_outbox.store.statement_parts import marks, name
 
 
 def lock_day(senders: Collection[str], day: date) -> None:

@@ -22,8 +22,9 @@ from datetime import datetime
 from typing import NamedTuple
 
 from django_outbox.payments.models import PaymentAttempt, PaymentHost, PaymentState
-from django_outbox.payments.statements import as_datetime, fetch, marks, name
+from django_outbox.payments.statements import as_datetime, fetch
 from django_outbox.store.read_values import datetime_reader
+from django_outbox.store.statement_parts import marks, name
 
 #: The states of an attempt still open for its delivery: to pay, or to present.
 OPEN_STATES = (PaymentState.PENDING, PaymentState.PAID)

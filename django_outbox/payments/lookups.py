@@ -28,7 +28,8 @@ from django_outbox.payments.models import (
     PaymentState,
 )
 from django_outbox.payments.reports import Challenge, KeptToken, OpenAttempt
-from django_outbox.payments.statements import fetch, name
+from django_outbox.payments.statements import fetch
+from django_outbox.store.statement_parts import name
 
 
 def day_of(moment: datetime) -> date:

@@ -24,7 +24,8 @@ from collections.abc import Collection
 from django.utils import timezone
 
 from django_outbox.payments.models import PaymentAttempt, PaymentHost, PaymentState
-from django_outbox.payments.statements import as_datetime, fetch, marks, name
+from django_outbox.payments.statements import as_datetime, fetch
+from django_outbox.store.statement_parts import marks, name
 
 
 def paid_hosts(hosts: Collection[str]) -> set[str]:

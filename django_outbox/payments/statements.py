@@ -7,30 +7,21 @@ made paid and used, and what was not spent given back.  Built by the ORM, each c
 written out, about 0.09 ms.  The statements stay where their rules are
 (:mod:`~django_outbox.payments.budget`, :mod:`~django_outbox.payments.lookups`,
 :mod:`~django_outbox.payments.ledger`); this module only runs them.  Names are quoted
-as the backend quotes them, and dates and times adapted as the ORM adapts them.
+as the backend quotes them (:mod:`~django_outbox.store.statement_parts`), and dates and
+times adapted as the ORM adapts them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from datetime import date, datetime
 from typing import Any, TypeVar
 
 from django.db import connection, models
 
+from django_outbox.store.statement_parts import marks, name
+
 Stored = TypeVar("Stored", bound=models.Model)
-
-
-def name(model_or_column: type[models.Model] | str) -> str:
-    """A model's table, or a column, quoted for the database."""
-    if isinstance(model_or_column, str):
-        return connection.ops.quote_name(model_or_column)
-    return connection.ops.quote_name(model_or_column._meta.db_table)
-
-
-def marks(values: Collection[object]) -> str:
-    """One placeholder per value, comma-separated (for ``IN (...)``)."""
-    return ", ".join(["%s"] * len(values))
 
 
 def as_datetime(value: datetime) -> Any:

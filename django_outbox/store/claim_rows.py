@@ -20,6 +20,7 @@ from django.db import connection
 
 from django_outbox.models import Delivery, DeliveryState, Host, Message
 from django_outbox.store.read_values import datetime_reader
+from django_outbox.store.statement_parts import marks, name
 from django_outbox.values.claimed import ClaimedRow, MessageData
 
 _counter = itertools.count()
@@ -88,10 +89,8 @@ def load_messages(ids: Iterable[int]) -> dict[int, MessageData]:
     wanted = list(ids)
     if not wanted:
         return {}
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(column) for column in _MESSAGE_COLUMNS)
-    marks = ", ".join(["%s"] * len(wanted))
-    sql = f"SELECT {columns} FROM {quote(Message._meta.db_table)} WHERE id IN ({marks})"
+    columns = ", ".join(name(column) for column in _MESSAGE_COLUMNS)
+    sql = f"SELECT {columns} FROM {name(Message)} WHERE id IN ({marks(wanted)})"
     with connection.cursor() as cursor:
         cursor.execute(sql, wanted)
         rows = cursor.fetchall()
@@ -134,12 +133,12 @@ def check_claims(ids: list[int]) -> dict[int, ClaimCheck]:
     """
     if not ids:
         return {}
-    quote = connection.ops.quote_name
-    host, delivery = quote(Host._meta.db_table), quote(Delivery._meta.db_table)
-    name, column = quote("name"), quote("host")  # the models' own column names
-    exists = f"EXISTS (SELECT 1 FROM {host} WHERE {host}.{name} = {delivery}.{column})"
-    marks = ", ".join(["%s"] * len(ids))
-    sql = f"SELECT id, claimed_by, {exists} FROM {delivery} WHERE id IN ({marks}) AND state = %s"
+    host, delivery = name(Host), name(Delivery)
+    host_name, column = name("name"), name("host")  # the models' own column names
+    exists = f"EXISTS (SELECT 1 FROM {host} WHERE {host}.{host_name} = {delivery}.{column})"
+    sql = (
+        f"SELECT id, claimed_by, {exists} FROM {delivery} WHERE id IN ({marks(ids)}) AND state = %s"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*ids, DeliveryState.SENDING.value])
         found = cursor.fetchall()

@@ -57,6 +57,7 @@ from django_outbox.store.queries import (
     next_waiting,
     stranded_pairs,
 )
+from django_outbox.store.statement_parts import marks, name
 from django_outbox.transport.target import inbox_host
 from django_outbox.values.claimed import ClaimedRow
 from django_outbox.values.outcomes import UNSPENT_RESULTS, AttemptResult, Outcome
@@ -156,12 +157,10 @@ def claim(ids: Sequence[int], token: str) -> list[ClaimedRow]:
     if not ids:
         return []
     now = timezone.now()
-    table = connection.ops.quote_name(Delivery._meta.db_table)
-    marks = ", ".join(["%s"] * len(ids))
     lease, lease_params = _database_now_plus(conf.LEASE_SECONDS)
     sql = (
-        f"UPDATE {table} SET state = %s, claimed_by = %s, lease_until = {lease}, "
-        f"attempts = attempts + 1 WHERE id IN ({marks}) AND state = %s "
+        f"UPDATE {name(Delivery)} SET state = %s, claimed_by = %s, lease_until = {lease}, "
+        f"attempts = attempts + 1 WHERE id IN ({marks(ids)}) AND state = %s "
         f"AND next_attempt_at <= %s RETURNING {', '.join(CLAIMED_COLUMNS)}"
     )
     adapt = connection.ops.adapt_datetimefield_value
